@@ -1,0 +1,86 @@
+// TQ3: TurboQuant MSE, 3 bits per coordinate, in the randomized Hadamard domain.
+// ref: TurboQuant, arXiv 2504.19874 (Alg. 1, MSE variant); ../shared/MINIMA-KV.md part 5.
+//
+// Encoding one head vector x (d = 64, 128 or 256), step by step, all fp32 (every implementation follows
+// these steps in this order, so CPU and GPU produce identical bytes):
+//   1. y = HadamardRotation::Forward(x)                       (|y| = |x|)
+//   2. norm = sqrt(TreeSumOfSquares(y))                        (pairwise sum, see Tq3TreeSum)
+//   3. u_i = y_i * (sqrt(d) / norm)                            (unit-variance coordinates)
+//   4. idx_i = nearest Lloyd-Max centroid of N(0,1) to u_i     (Tq3Quantize: sign bit + 2 magnitude bits)
+//   5. scale = norm / sqrt(TreeSumOfSquares(c[idx]))           ("norm correction": |scale * c| = |x|)
+//      stored as fp16 (round to nearest even).
+// Decoding in the rotated domain: y_hat_i = scale * c[idx_i]. Attention never leaves that domain: a key's
+// score is scale * sum_i q'_i c[idx_i] with q' = Forward(q), and the output is rotated back once.
+// A zero vector stores scale 0 (and decodes to zero).
+//
+// Byte layout of one vector's codes (3d/8 bytes; d=128: 48 B), chosen for decode with bit masks (AVX-512
+// mask registers, CUDA bit extracts): coordinates in groups of 32; group g takes 12 bytes at offset 12 g:
+//   bytes [12g + 0, 12g + 4)  uint32 little endian, bit j = magnitude bit 0 of coordinate 32g + j
+//   bytes [12g + 4, 12g + 8)  uint32 little endian, bit j = magnitude bit 1 of coordinate 32g + j
+//   bytes [12g + 8, 12g + 12) uint32 little endian, bit j = sign of coordinate 32g + j (1 = negative)
+// Index = sign << 2 | magnitude; magnitude m selects kTq3Magnitude[m]. The fp16 scale lives apart from the
+// codes, in the page's scale section (see page_layout.h).
+#pragma once
+
+#include <cstdint>
+
+#include "minimakv/hadamard_rotation.h"
+#include "minimakv/host_device.h"
+#include "minimakv/status.h"
+
+namespace minimakv {
+
+// Lloyd-Max centroids of N(0,1) for 8 levels (magnitudes; each is used with both signs).
+// ref: Max, "Quantizing for minimum distortion", IRE Trans. IT-6, 1960, table for N=8.
+MINIMAKV_HOST_DEVICE constexpr float Tq3Magnitude(int m) {
+  return m == 0 ? 0.2451f : m == 1 ? 0.7560f : m == 2 ? 1.3439f : 2.1519f;
+}
+// Decision thresholds between neighbouring magnitudes: midpoints, the Lloyd-Max nearest-neighbour rule.
+MINIMAKV_HOST_DEVICE constexpr float Tq3Threshold(int m) { return (Tq3Magnitude(m) + Tq3Magnitude(m + 1)) * 0.5f; }
+
+MINIMAKV_HOST_DEVICE constexpr float Tq3Centroid(int index) {
+  return (index & 4) ? -Tq3Magnitude(index & 3) : Tq3Magnitude(index & 3);
+}
+
+// Index of the centroid nearest to u; ties at a threshold go to the larger magnitude, -0 counts as positive.
+MINIMAKV_HOST_DEVICE inline int Tq3Quantize(float u) {
+  const float a = u < 0.0f ? -u : u;
+  const int magnitude = (a >= Tq3Threshold(0)) + (a >= Tq3Threshold(1)) + (a >= Tq3Threshold(2));
+  return (u < 0.0f ? 4 : 0) | magnitude;
+}
+
+// Pairwise sum of v[0..n) (n a power of two): stride n/2, n/4, ..., 1, v[i] += v[i + stride]. Destroys v.
+MINIMAKV_HOST_DEVICE inline float Tq3TreeSum(float* v, int n) {
+  for (int stride = n / 2; stride > 0; stride /= 2) {
+    for (int i = 0; i < stride; ++i) v[i] = v[i] + v[i + stride];
+  }
+  return v[0];
+}
+
+MINIMAKV_HOST_DEVICE constexpr int Tq3CodeBytes(int head_dim) { return 3 * head_dim / 8; }
+
+// Reads / writes the 3-bit index of coordinate i in a code block laid out as above (as uint32 words).
+MINIMAKV_HOST_DEVICE inline int Tq3GetIndex(const uint32_t* words, int i) {
+  const uint32_t* group = words + 3 * (i / 32);
+  const int bit = i % 32;
+  return int((group[0] >> bit) & 1u) | int(((group[1] >> bit) & 1u) << 1) | int(((group[2] >> bit) & 1u) << 2);
+}
+MINIMAKV_HOST_DEVICE inline void Tq3SetIndex(uint32_t* words, int i, int index) {
+  uint32_t* group = words + 3 * (i / 32);
+  const uint32_t mask = 1u << (i % 32);
+  for (int plane = 0; plane < 3; ++plane) {
+    group[plane] = (index >> plane) & 1 ? (group[plane] | mask) : (group[plane] & ~mask);
+  }
+}
+
+// Encodes one vector. codes: Tq3CodeBytes(d) bytes (4-byte aligned), scale_fp16: one value.
+// InvalidArgument if x holds NaN/Inf (naming the coordinate) or its norm overflows the fp16 scale.
+Status Tq3EncodeVector(const HadamardRotation& rotation, const float* x, uint8_t* codes, uint16_t* scale_fp16);
+
+// y_hat = scale * c[idx]: the reconstruction in the rotated domain (what direct decode works with).
+void Tq3DecodeRotated(const uint8_t* codes, uint16_t scale_fp16, int head_dim, float* y_hat);
+
+// x_hat = Inverse(y_hat): the reconstruction in the original domain (materializing reference, tests).
+void Tq3DecodeVector(const HadamardRotation& rotation, const uint8_t* codes, uint16_t scale_fp16, float* x_hat);
+
+}  // namespace minimakv
