@@ -1,0 +1,25 @@
+// RetentionPolicy: which pages stay in the hot format (FP8) and which are converted to TQ3. Data, not code
+// paths (../shared/MINIMA-KV.md part 3). Tiers of a page of a sequence with n tokens (per layer):
+//   recent  the page holds at least one of the last `recent_tokens` tokens (token t with t >= n - recent_tokens)
+//   anchor  the page holds at least one of the first `anchor_tokens` tokens: the "attention sinks" / system
+//           prompt every later token attends to (StreamingLLM, arXiv 2309.17453), or a token of a range
+//           pinned with PagedCache::Pin (per sequence)
+//   stale   everything else: converted FP8 -> TQ3 when it leaves the recent window (if convert_stale_to_tq3
+//           and the cache has a TQ3 pool), else kept in the hot format.
+// Recommended defaults (the paper's setting, used by `minimakv plan` unless told otherwise):
+//   anchor_tokens = 256, recent_tokens = 1024.
+// Only full pages are ever converted; the partly-filled last page of a sequence is always recent.
+#pragma once
+
+namespace minimakv {
+
+struct RetentionPolicy {
+  int recent_tokens = 1024;          // R: >= 0
+  int anchor_tokens = 256;           // A: >= 0, the first A tokens of every sequence
+  bool convert_stale_to_tq3 = true;  // false: stale pages stay in the hot format (e.g. an FP8-only control)
+};
+
+inline constexpr int kRecommendedRecentTokens = 1024;
+inline constexpr int kRecommendedAnchorTokens = 256;
+
+}  // namespace minimakv
