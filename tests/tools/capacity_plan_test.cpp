@@ -1,0 +1,237 @@
+#include "minimakv/capacity_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "minimakv/model_shape.h"
+
+namespace minimakv {
+namespace {
+
+CapacityPlan PlanQwen(int64_t context_tokens, PlanPolicy policy = {}) {
+  ModelShape shape;
+  EXPECT_TRUE(ModelShapeFromPreset("qwen3.6-27b", &shape).ok());
+  CapacityInputs inputs{.context_tokens = context_tokens,
+                        .budget_gib = kPaperBudgetGib,
+                        .weights_gib = kPaperWeightsGib,
+                        .state_gib_per_request = kPaperStateGibPerRequest};
+  CapacityPlan plan;
+  const Status s = PlanCapacity(shape, policy, inputs, &plan);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return plan;
+}
+
+TEST(ModelShapePresets, QwenAndLlamaMatchTheSpec) {
+  ModelShape q;
+  ASSERT_TRUE(ModelShapeFromPreset("qwen3.6-27b", &q).ok());
+  EXPECT_EQ(q.num_layers, 64);
+  EXPECT_EQ(q.full_attention_layers, 16);
+  EXPECT_EQ(q.linear_attention_layers(), 48);
+  EXPECT_EQ(q.q_heads, 24);
+  EXPECT_EQ(q.kv_heads, 4);
+  EXPECT_EQ(q.head_dim, 256);
+  ModelShape l;
+  ASSERT_TRUE(ModelShapeFromPreset("llama-3.1-8b", &l).ok());
+  EXPECT_EQ(l.num_layers, 32);
+  EXPECT_EQ(l.full_attention_layers, 32);
+  EXPECT_EQ(l.q_heads, 32);
+  EXPECT_EQ(l.kv_heads, 8);
+  EXPECT_EQ(l.head_dim, 128);
+  const Status s = ModelShapeFromPreset("gpt-5", &l);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("gpt-5"), std::string::npos);
+}
+
+// The paper's capacity model (arXiv 2608.23834): BF16 64 KiB/token, FP8 32 KiB/token, and concurrency
+// 28 / 53 at 32K, 14 / 28 at 64K with 86.4 GiB budget, 25.15 GiB weights, 0.153 GiB state per request.
+TEST(CapacityPlan, ReproducesThePapersBf16AndFp8Concurrency) {
+  const CapacityPlan p32 = PlanQwen(32768);
+  EXPECT_EQ(p32.bf16.kv_bytes_per_request, int64_t(32768) * 65536);
+  EXPECT_EQ(p32.fp8.kv_bytes_per_request, int64_t(32768) * 32768);
+  EXPECT_DOUBLE_EQ(p32.bf16.kib_per_token, 64.0);
+  EXPECT_DOUBLE_EQ(p32.fp8.kib_per_token, 32.0);
+  EXPECT_DOUBLE_EQ(p32.bf16.bits_per_value, 16.0);
+  EXPECT_DOUBLE_EQ(p32.fp8.bits_per_value, 8.0);
+  EXPECT_DOUBLE_EQ(p32.fp8.compression_vs_bf16, 2.0);
+  EXPECT_EQ(p32.bf16.concurrency, 28);
+  EXPECT_EQ(p32.fp8.concurrency, 53);
+  const CapacityPlan p64 = PlanQwen(65536);
+  EXPECT_EQ(p64.bf16.concurrency, 14);
+  EXPECT_EQ(p64.fp8.concurrency, 28);
+  for (int64_t context : {int64_t(32768), int64_t(65536)}) {
+    const PaperCapacityRow* row = FindPaperCapacityRow(context);
+    ASSERT_NE(row, nullptr);
+    const CapacityPlan p = PlanQwen(context);
+    EXPECT_EQ(p.bf16.concurrency, row->bf16_concurrency);
+    EXPECT_EQ(p.fp8.concurrency, row->fp8_concurrency);
+  }
+  EXPECT_EQ(FindPaperCapacityRow(16384), nullptr);
+}
+
+// Our pages, default policy (64-token pages, 256 anchors, 1024 recent), Qwen3.6 at 32K:
+// 512 pages per layer; FP8 = 4 anchor pages + 16 recent pages; TQ3 = 492.
+// FP8 page = 2 (K,V) * 4 heads * 64 tokens * (256 codes + 4 scale bytes) = 133,120 B (already 64-aligned).
+// TQ3 page = 2 * 4 * 64 * (96 codes + 2 scale bytes) = 50,176 B.
+// Request = 16 layers * (20 * 133120 + 492 * 50176) = 437,583,872 B = 13.041015625 KiB per token.
+TEST(CapacityPlan, MinimaBytesAreExactAtPaperContexts) {
+  const CapacityPlan p = PlanQwen(32768);
+  EXPECT_EQ(p.minima_pages.pages_per_layer, 512);
+  EXPECT_EQ(p.minima_pages.fp8_pages_per_layer, 20);
+  EXPECT_EQ(p.minima_pages.tq3_pages_per_layer, 492);
+  EXPECT_EQ(p.minima_pages.fp8_page_bytes, 133120);
+  EXPECT_EQ(p.minima_pages.tq3_page_bytes, 50176);
+  EXPECT_EQ(p.minima_pages.slack_tokens_per_layer, 0);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, 437583872);
+  EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 13.041015625);
+  EXPECT_DOUBLE_EQ(p.minima.compression_vs_bf16, 2147483648.0 / 437583872.0);
+  EXPECT_DOUBLE_EQ(p.minima.compression_vs_fp8, 1073741824.0 / 437583872.0);
+  EXPECT_DOUBLE_EQ(p.minima_pages.fp8_byte_fraction, 16.0 * 20 * 133120 / 437583872.0);
+  // floor(61.25 / (437583872 / 2^30 + 0.153)) = floor(109.3) = 109
+  EXPECT_EQ(p.minima.concurrency, 109);
+
+  // 64K: 1024 pages, 20 FP8, 1004 TQ3 -> 16 * (20 * 133120 + 1004 * 50176) = 848,625,664 B.
+  const CapacityPlan q = PlanQwen(65536);
+  EXPECT_EQ(q.minima.kv_bytes_per_request, 848625664);
+  EXPECT_DOUBLE_EQ(q.minima.kib_per_token, 12.6455078125);
+  EXPECT_EQ(q.minima.concurrency, 64);
+  // Ours must beat the paper's Minima figures (18.3 KiB/token, 84 and 47 requests).
+  EXPECT_LT(p.minima.kib_per_token, kPaperMinimaKibPerToken);
+  EXPECT_GT(p.minima.concurrency, FindPaperCapacityRow(32768)->minima_concurrency);
+  EXPECT_GT(q.minima.concurrency, FindPaperCapacityRow(65536)->minima_concurrency);
+}
+
+TEST(CapacityPlan, PartialTailPageAndOverlapsAreCountedOnce) {
+  // 33,000 tokens: 516 pages, the last holds 40 tokens (24 slack slots). Recent window starts at token 31,976,
+  // i.e. page 499, so pages 499..515 (17) + 4 anchors = 21 FP8 pages.
+  const CapacityPlan p = PlanQwen(33000);
+  EXPECT_EQ(p.minima_pages.pages_per_layer, 516);
+  EXPECT_EQ(p.minima_pages.fp8_pages_per_layer, 21);
+  EXPECT_EQ(p.minima_pages.slack_tokens_per_layer, 24);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, 16 * (21 * int64_t(133120) + 495 * int64_t(50176)));
+  EXPECT_EQ(p.minima.concurrency, 108);
+
+  // 1,000 tokens: 16 pages, all inside anchors + recent window: every page FP8, none counted twice.
+  const CapacityPlan small = PlanQwen(1000);
+  EXPECT_EQ(small.minima_pages.pages_per_layer, 16);
+  EXPECT_EQ(small.minima_pages.fp8_pages_per_layer, 16);
+  EXPECT_EQ(small.minima_pages.tq3_pages_per_layer, 0);
+  EXPECT_EQ(small.minima.kv_bytes_per_request, 16 * 16 * int64_t(133120));
+
+  // No anchors, no recent window, page-aligned context: everything TQ3.
+  const CapacityPlan all_tq3 = PlanQwen(4096, PlanPolicy{.page_tokens = 64, .anchor_tokens = 0, .recent_tokens = 0});
+  EXPECT_EQ(all_tq3.minima_pages.fp8_pages_per_layer, 0);
+  EXPECT_EQ(all_tq3.minima.kv_bytes_per_request, 16 * 64 * int64_t(50176));
+  // Same but one token past a page boundary: the partial tail page stays FP8 (appends write FP8).
+  const CapacityPlan tail = PlanQwen(4097, PlanPolicy{.page_tokens = 64, .anchor_tokens = 0, .recent_tokens = 0});
+  EXPECT_EQ(tail.minima_pages.fp8_pages_per_layer, 1);
+  EXPECT_EQ(tail.minima_pages.tq3_pages_per_layer, 64);
+}
+
+TEST(CapacityPlan, LlamaPagesUseItsHeadDim) {
+  ModelShape shape;
+  ASSERT_TRUE(ModelShapeFromPreset("llama-3.1-8b", &shape).ok());
+  CapacityPlan p;
+  ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.context_tokens = 32768}, &p).ok());
+  // BF16: 32 layers * 2 * 8 heads * 128 * 2 B = 128 KiB per token.
+  EXPECT_DOUBLE_EQ(p.bf16.kib_per_token, 128.0);
+  // FP8 page 2*8*64*(128+4) = 135,168 B; TQ3 page 2*8*64*(48+2) = 51,200 B.
+  EXPECT_EQ(p.minima_pages.fp8_page_bytes, 135168);
+  EXPECT_EQ(p.minima_pages.tq3_page_bytes, 51200);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, 32 * (20 * int64_t(135168) + 492 * int64_t(51200)));
+  EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 26.6015625);
+}
+
+TEST(CapacityPlan, SlidingLayersHoldOnlyTheirWindow) {
+  ModelShape s{.name = "toy", .num_layers = 4, .full_attention_layers = 1, .sliding_attention_layers = 3,
+               .sliding_window_tokens = 1024, .q_heads = 8, .kv_heads = 2, .head_dim = 128};
+  CapacityPlan p;
+  ASSERT_TRUE(PlanCapacity(s, PlanPolicy{}, CapacityInputs{.context_tokens = 8192}, &p).ok());
+  // (8192 * 1 + 1024 * 3) token-layers * 2 * 2 heads * 128 * 2 B.
+  EXPECT_EQ(p.bf16.kv_bytes_per_request, (8192 + 3 * 1024) * int64_t(2 * 2 * 128 * 2));
+  // Sliding layers: 16 pages, all in the recent window -> FP8. Full layer: 128 pages, 4 + 16 FP8.
+  const int64_t fp8_page = 2 * 2 * 64 * (128 + 4), tq3_page = 2 * 2 * 64 * (48 + 2);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, (20 + 3 * 16) * fp8_page + 108 * tq3_page);
+}
+
+TEST(CapacityPlan, BadInputsNameTheValue) {
+  ModelShape shape;
+  ASSERT_TRUE(ModelShapeFromPreset("qwen3.6-27b", &shape).ok());
+  CapacityPlan p;
+  Status s = PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.context_tokens = 0}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("context 0"), std::string::npos) << s.message();
+  s = PlanCapacity(shape, PlanPolicy{.page_tokens = 0}, CapacityInputs{}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("page_tokens"), std::string::npos) << s.message();
+  s = PlanCapacity(shape, PlanPolicy{.recent_tokens = -1}, CapacityInputs{}, &p);
+  EXPECT_NE(s.message().find("recent tokens -1"), std::string::npos) << s.message();
+  s = PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.budget_gib = -1.0}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  ModelShape odd = shape;
+  odd.head_dim = 96;  // not a power of two: no Hadamard rotation, no Minima pages
+  s = PlanCapacity(odd, PlanPolicy{}, CapacityInputs{}, &p);
+  EXPECT_NE(s.message().find("head_dim 96"), std::string::npos) << s.message();
+  // Weights larger than the budget: valid question, zero requests fit.
+  ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.budget_gib = 10, .weights_gib = 20}, &p).ok());
+  EXPECT_EQ(p.bf16.concurrency, 0);
+  EXPECT_EQ(p.minima.concurrency, 0);
+}
+
+TEST(ModelShapeFromHfConfig, QwenNestedTextConfigWithInterval) {
+  const std::string config = R"({
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "text_config": {"num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
+                    "head_dim": 256, "hidden_size": 5120, "full_attention_interval": 4},
+    "vision_config": {"depth": 27}
+  })";
+  ModelShape s;
+  const Status st = ModelShapeFromHfConfigText(config, "qwen", &s);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(s.num_layers, 64);
+  EXPECT_EQ(s.full_attention_layers, 16);
+  EXPECT_EQ(s.kv_heads, 4);
+  EXPECT_EQ(s.head_dim, 256);
+}
+
+TEST(ModelShapeFromHfConfig, LayerTypesListAndHeadDimFromHiddenSize) {
+  const std::string config = R"({"num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "hidden_size": 4096, "sliding_window": 4096,
+    "layer_types": ["sliding_attention", "full_attention", "linear_attention", "sliding_attention"]})";
+  ModelShape s;
+  const Status st = ModelShapeFromHfConfigText(config, "mixed", &s);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(s.head_dim, 128);
+  EXPECT_EQ(s.full_attention_layers, 1);
+  EXPECT_EQ(s.sliding_attention_layers, 2);
+  EXPECT_EQ(s.linear_attention_layers(), 1);
+  EXPECT_EQ(s.sliding_window_tokens, 4096);
+
+  // Plain Llama config: no layer_types, no interval -> every layer full attention; no kv heads -> MHA.
+  ASSERT_TRUE(ModelShapeFromHfConfigText(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256})",
+                                         "mha", &s).ok());
+  EXPECT_EQ(s.full_attention_layers, 2);
+  EXPECT_EQ(s.kv_heads, 4);
+  EXPECT_EQ(s.head_dim, 64);
+}
+
+TEST(ModelShapeFromHfConfig, ErrorsNameTheKey) {
+  ModelShape s;
+  Status st = ModelShapeFromHfConfigText(R"({"num_attention_heads": 4, "hidden_size": 256})", "x", &s);
+  EXPECT_NE(st.message().find("num_hidden_layers"), std::string::npos) << st.message();
+  st = ModelShapeFromHfConfigText(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256,
+    "layer_types": ["full_attention", "mamba"]})", "x", &s);
+  EXPECT_NE(st.message().find("layer_types\"[1]"), std::string::npos) << st.message();
+  st = ModelShapeFromHfConfigText(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256,
+    "layer_types": ["full_attention"]})", "x", &s);
+  EXPECT_NE(st.message().find("1 entries"), std::string::npos) << st.message();
+  st = ModelShapeFromHfConfigText(R"({"num_hidden_layers": "two"})", "x", &s);
+  EXPECT_NE(st.message().find("\"num_hidden_layers\" is \"two\""), std::string::npos) << st.message();
+  st = ModelShapeFromHfConfigText(R"({"num_hidden_layers": 2,)", "x", &s);
+  EXPECT_NE(st.message().find("byte"), std::string::npos) << st.message();
+  st = ModelShapeFromHfConfigFile("/nonexistent/config.json", &s);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace minimakv
