@@ -165,7 +165,8 @@ class PagedCache {
   Status FindSequence(SeqId seq, Sequence** out);
   Status FindSequence(SeqId seq, const Sequence** out) const;
   PagePool* MutablePool(KvFormat format) { return pools_[int(format)].get(); }
-  bool IsProtected(const Sequence& sequence, int64_t num_tokens, size_t page_index) const;
+  // True when logical page `page_index` holds an anchor or pinned token.
+  bool IsProtected(const Sequence& sequence, size_t page_index) const;
   void ReleasePage(PageRef page);
   // Converts logical page `page_index` of `table` if stale; no-op for a page not in FP8.
   void MaybeConvert(const Sequence& sequence, BlockTable* table, size_t page_index);
