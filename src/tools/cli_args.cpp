@@ -242,7 +242,7 @@ Status ArgParser::Parse(const std::vector<std::string>& args) {
       continue;
     }
     if (!arg.starts_with("--") || arg.size() == 2) {
-      return Status::InvalidArgument(command_ + ": unexpected argument '" + arg + "' (flags start with --; see " +
+      return Status::InvalidArgument("unexpected argument '" + arg + "' (flags start with --; see " +
                                      command_ + " --help)");
     }
     std::string_view body = std::string_view(arg).substr(2);
@@ -256,7 +256,7 @@ Status ArgParser::Parse(const std::vector<std::string>& args) {
     }
     Flag* flag = FindFlag(name);
     if (flag == nullptr) {
-      std::string message = command_ + ": unknown flag --" + std::string(name);
+      std::string message = "unknown flag --" + std::string(name);
       const std::string suggestion = SuggestFlag(name);
       if (!suggestion.empty()) message += " (did you mean --" + suggestion + "?)";
       return Status::InvalidArgument(message + "; see " + command_ + " --help");
@@ -266,14 +266,14 @@ Status ArgParser::Parse(const std::vector<std::string>& args) {
         value = "true";
       } else {
         if (i + 1 >= args.size()) {
-          return Status::InvalidArgument(command_ + ": flag --" + flag->name + " needs a value (" + flag->value_name +
+          return Status::InvalidArgument("flag --" + flag->name + " needs a value (" + flag->value_name +
                                          ")");
         }
         value = args[++i];
       }
     }
     Status s = flag->set(*flag, value);
-    if (!s.ok()) return Status::InvalidArgument(command_ + ": bad value for --" + flag->name + ": " + s.message());
+    if (!s.ok()) return Status::InvalidArgument("bad value for --" + flag->name + ": " + s.message());
     flag->seen = true;
   }
   return Status::Ok();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "minimakv/model_shape.h"
+#include "tools/plan_report.h"
 
 namespace minimakv {
 namespace {
@@ -231,6 +232,40 @@ TEST(ModelShapeFromHfConfig, ErrorsNameTheKey) {
   EXPECT_NE(st.message().find("byte"), std::string::npos) << st.message();
   st = ModelShapeFromHfConfigFile("/nonexistent/config.json", &s);
   EXPECT_EQ(st.code(), StatusCode::kNotFound);
+}
+
+// The JSON the CLI prints (minimakv plan --json): the fields the checks read, parsed back from text.
+TEST(PlanReport, JsonCarriesEveryFormatAndThePaperReference) {
+  JsonValue parsed;
+  ASSERT_TRUE(ParseJson(PlanToJson(PlanQwen(32768)).Dump(2), &parsed).ok());
+  const char* formats[] = {"bf16", "fp8", "minima"};
+  const int64_t expected_concurrency[] = {28, 53, 109};
+  for (int i = 0; i < 3; ++i) {
+    const JsonValue* f = parsed.Find(formats[i]);
+    ASSERT_NE(f, nullptr) << formats[i];
+    ASSERT_NE(f->Find("kib_per_token"), nullptr);
+    ASSERT_NE(f->Find("compression_vs_bf16"), nullptr);
+    int64_t concurrency = -1;
+    ASSERT_TRUE(f->Find("concurrency")->GetInt64(&concurrency));
+    EXPECT_EQ(concurrency, expected_concurrency[i]) << formats[i];
+  }
+  EXPECT_EQ(parsed.Find("bf16")->Find("kib_per_token")->as_double(), 64.0);
+  EXPECT_EQ(parsed.Find("minima")->Find("kib_per_token")->as_double(), 13.041);
+  const JsonValue* paper = parsed.Find("paper_reference");
+  ASSERT_NE(paper, nullptr);
+  EXPECT_TRUE(paper->Find("inputs_match")->as_bool());
+  EXPECT_EQ(paper->Find("minima")->Find("kib_per_token")->as_double(), 18.3);
+  // No paper figures at a context the paper did not report.
+  EXPECT_EQ(PlanToJson(PlanQwen(16384)).Find("paper_reference"), nullptr);
+
+  const JsonValue several = PlansToJson({PlanQwen(32768), PlanQwen(65536)});
+  const JsonValue* contexts = several.Find("contexts");
+  ASSERT_NE(contexts, nullptr);
+  ASSERT_EQ(contexts->size(), 2u);
+  int64_t c64 = 0;
+  ASSERT_TRUE(contexts->items()[1].Find("fp8")->Find("concurrency")->GetInt64(&c64));
+  EXPECT_EQ(c64, 28);
+  EXPECT_NE(PlansToText({PlanQwen(32768)}).find("minima"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,96 @@
+// minimakv bench: CPU decode-attention speed per storage path, via RunDecodeBench (src/tools/decode_bench.h).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "reports.h"
+
+namespace minimakv::cli {
+
+JsonValue DecodeBenchRowToJson(const DecodeBenchRow& r) {
+  JsonValue o = JsonValue::Object();
+  o.Set("shape", r.shape);
+  o.Set("path", r.path);
+  o.Set("context", r.context);
+  o.Set("batch", r.batch);
+  o.Set("threads", r.threads);
+  o.Set("us_per_step", r.us_per_step);
+  o.Set("kv_bytes_read", r.kv_bytes_read);
+  o.Set("gb_per_s", r.gb_per_s);
+  o.Set("speedup_vs_bf16", r.speedup_vs_bf16);
+  o.Set("floor_memory_us", r.floor_memory_us);
+  o.Set("floor_compute_us", r.floor_compute_us);
+  o.Set("ratio_to_floor", r.ratio_to_floor);
+  return o;
+}
+
+std::string DecodeBenchRowsToText(const std::vector<DecodeBenchRow>& rows) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-13s %-6s %7s %5s %7s %11s %9s %8s %11s %11s %9s\n", "shape", "path", "context",
+                "batch", "threads", "us/step", "GB/s", "vs bf16", "floor mem", "floor fma", "x floor");
+  out += line;
+  for (const DecodeBenchRow& r : rows) {
+    std::snprintf(line, sizeof(line), "%-13s %-6s %7lld %5d %7d %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f\n",
+                  r.shape.c_str(), r.path.c_str(), (long long)r.context, r.batch, r.threads, r.us_per_step,
+                  r.gb_per_s, r.speedup_vs_bf16, r.floor_memory_us, r.floor_compute_us, r.ratio_to_floor);
+    out += line;
+  }
+  return out;
+}
+
+// Runs the benchmark with a progress line on stderr.
+Status RunDecodeBenchWithProgress(const DecodeBenchConfig& config, ProgressLine::Mode mode,
+                                  std::vector<DecodeBenchRow>* rows) {
+  ProgressLine progress("bench", mode);
+  const Status s = RunDecodeBench(config, [&](const std::string& message) { progress.Update(message); }, rows);
+  progress.Finish();
+  return s;
+}
+
+int RunBenchCommand(const std::vector<std::string>& args) {
+  const std::string command = "minimakv bench";
+  DecodeBenchConfig config;
+  int64_t seed = int64_t(config.seed);
+  bool json = false, jsonl = false;
+  std::string progress_mode = "auto";
+  ArgParser parser(command,
+                   "Times one decode step of attention over a synthetic paged KV cache on the CPU, per path:\n"
+                   "bf16 (dense control), fp8, tq3 (all pages TQ3) and minima (anchor + recent tokens FP8, the rest\n"
+                   "TQ3, merged). Reports time per step, KV bytes read, GB/s, speedup against the bf16 path of the\n"
+                   "same run, and two floors measured on this machine (bytes / read bandwidth, FMAs / FMA peak).");
+  parser.AddChoice("shape", {"llama-3.1-8b", "qwen3.6-27b"}, "attention layer shape", &config.shape);
+  parser.AddIntList("context", "context length(s) in tokens; 32k = 32768", &config.contexts);
+  parser.AddIntList("batch", "sequences per decode step", &config.batches);
+  parser.AddIntList("threads", "worker threads", &config.threads);
+  parser.AddInt("page-tokens", "tokens per KV page", &config.page_tokens);
+  parser.AddInt("anchor-tokens", "minima path: leading tokens in FP8", &config.anchor_tokens);
+  parser.AddInt("recent-tokens", "minima path: most recent tokens in FP8", &config.recent_tokens);
+  parser.AddInt("min-repeats", "timed repeats per row, at least", &config.min_repeats);
+  parser.AddDouble("min-seconds", "timed seconds per row, at least", &config.min_seconds);
+  parser.AddInt("seed", "seed of the synthetic K/V", &seed);
+  parser.AddBool("json", "print a JSON array of rows", &json);
+  parser.AddBool("jsonl", "print one JSON row per line (JSON Lines)", &jsonl);
+  parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_mode);
+  parser.SetEpilog("Example: minimakv bench --shape llama-3.1-8b --context 32768 --threads 2 --json");
+  int exit_code = kExitOk;
+  if (!ParseFlags(parser, args, &exit_code)) return exit_code;
+  config.seed = uint64_t(seed);
+
+  std::vector<DecodeBenchRow> rows;
+  const Status s = RunDecodeBenchWithProgress(config, ProgressModeFrom(progress_mode), &rows);
+  if (!s.ok()) return ReportError(command, s);
+  if (jsonl) {
+    for (const DecodeBenchRow& r : rows) std::printf("%s\n", DecodeBenchRowToJson(r).Dump().c_str());
+  } else if (json) {
+    JsonValue array = JsonValue::Array();
+    for (const DecodeBenchRow& r : rows) array.Append(DecodeBenchRowToJson(r));
+    PrintJson(array);
+  } else {
+    std::fputs(DecodeBenchRowsToText(rows).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace minimakv::cli

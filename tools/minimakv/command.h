@@ -1,0 +1,36 @@
+// What every subcommand of the minimakv CLI shares: its signature and the helpers for flags, errors and output.
+// Conventions: results on stdout (JSON with --json), progress and errors on stderr; exit 0 on success, 1 when the
+// work failed, 2 for a usage error (unknown flag, bad value).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "minimakv/status.h"
+#include "tools/cli_args.h"
+#include "tools/json.h"
+#include "tools/progress.h"
+
+namespace minimakv::cli {
+
+// A subcommand: receives the arguments after its name, returns the process exit code.
+using CommandFn = int (*)(const std::vector<std::string>& args);
+
+// Parses `args`; on --help prints the help to stdout and sets *exit_code = 0; on a bad argument prints the error
+// to stderr and sets *exit_code = 2. Returns true when the command should go on.
+bool ParseFlags(ArgParser& parser, const std::vector<std::string>& args, int* exit_code);
+
+// Prints "minimakv <command>: error: <message>" to stderr; returns kExitFailure, or kExitUsage for
+// InvalidArgument/NotFound (the user asked for something that does not exist or is malformed).
+int ReportError(const std::string& command, const Status& status);
+
+// Writes `value` to stdout followed by a newline. Pretty-printed with 2-space indent.
+void PrintJson(const JsonValue& value);
+
+// Progress mode from the common --progress flag value ("auto", "always", "off").
+ProgressLine::Mode ProgressModeFrom(const std::string& flag_value);
+inline const std::vector<std::string> kProgressChoices = {"auto", "always", "off"};
+inline constexpr const char* kProgressHelp =
+    "progress on stderr: auto (redrawn on a terminal, plain lines otherwise), always, off";
+
+}  // namespace minimakv::cli
