@@ -9,7 +9,8 @@
 //           of the tail page are all counted. Per KV layer the first ceil(anchor_tokens / page_tokens) pages and
 //           every page holding one of the last recent_tokens tokens stay FP8 (fp32 scale per (token, head)); the
 //           partially filled tail page is FP8 too (appends write FP8); every other page is TQ3 (3d/8 + 2 bytes
-//           per vector). Block-table entries (a few bytes per page) are not counted.
+//           per vector). Block-table metadata is counted too: one PageRef (block_table.h) per page per layer,
+//           as KvAccounting counts it.
 // Concurrency = floor((budget - weights) / (kv_bytes_per_request + fixed_state_per_request)), everything in GiB
 // (2^30 bytes). With the paper's inputs this gives BF16/FP8 28/53 at 32K and 14/28 at 64K (tests check it).
 #pragma once
@@ -59,6 +60,7 @@ struct MinimaBreakdown {
   int64_t fp8_page_bytes = 0;        // PageLayout{kFp8}.page_bytes()
   int64_t tq3_page_bytes = 0;        // PageLayout{kTq3}.page_bytes()
   int64_t slack_tokens_per_layer = 0;  // unfilled token slots of the tail page
+  int64_t metadata_bytes_per_request = 0;  // block-table entries: pages * KV layers * sizeof(PageRef)
   double fp8_byte_fraction = 0.0;    // share of the request's KV bytes that sit in FP8 pages
 };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "minimakv/block_table.h"
 #include "minimakv/kv_format.h"
 #include "minimakv/page_layout.h"
 
@@ -97,7 +98,10 @@ Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const Cap
                              sliding.fp8_pages * shape.sliding_attention_layers) * fp8_page_bytes;
   const int64_t tq3_bytes = ((full.pages - full.fp8_pages) * shape.full_attention_layers +
                              (sliding.pages - sliding.fp8_pages) * shape.sliding_attention_layers) * tq3_page_bytes;
-  p.minima.kv_bytes_per_request = fp8_bytes + tq3_bytes;
+  const int64_t metadata_bytes =
+      (full.pages * shape.full_attention_layers + sliding.pages * shape.sliding_attention_layers) *
+      int64_t(sizeof(PageRef));
+  p.minima.kv_bytes_per_request = fp8_bytes + tq3_bytes + metadata_bytes;
   p.minima_pages = MinimaBreakdown{
       .pages_per_layer = full.pages,
       .fp8_pages_per_layer = full.fp8_pages,
@@ -105,6 +109,7 @@ Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const Cap
       .fp8_page_bytes = fp8_page_bytes,
       .tq3_page_bytes = tq3_page_bytes,
       .slack_tokens_per_layer = full.pages * policy.page_tokens - context,
+      .metadata_bytes_per_request = metadata_bytes,
       .fp8_byte_fraction = double(fp8_bytes) / double(p.minima.kv_bytes_per_request),
   };
 

@@ -95,6 +95,7 @@ void AddContextFields(const CapacityPlan& plan, JsonValue* o) {
   minima.Set("fp8_page_bytes", m.fp8_page_bytes);
   minima.Set("tq3_page_bytes", m.tq3_page_bytes);
   minima.Set("slack_tokens_per_layer", m.slack_tokens_per_layer);
+  minima.Set("metadata_bytes_per_request", m.metadata_bytes_per_request);
   minima.Set("fp8_byte_fraction", Round(m.fp8_byte_fraction, kRatioDigits));
   o->Set("minima", std::move(minima));
   if (const PaperCapacityRow* row = PaperRowFor(plan)) o->Set("paper_reference", PaperJson(*row, plan.inputs));

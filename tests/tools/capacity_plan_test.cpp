@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "minimakv/block_table.h"
 #include "minimakv/model_shape.h"
 #include "tools/plan_report.h"
 
@@ -74,7 +75,8 @@ TEST(CapacityPlan, ReproducesThePapersBf16AndFp8Concurrency) {
 // 512 pages per layer; FP8 = 4 anchor pages + 16 recent pages; TQ3 = 492.
 // FP8 page = 2 (K,V) * 4 heads * 64 tokens * (256 codes + 4 scale bytes) = 133,120 B (already 64-aligned).
 // TQ3 page = 2 * 4 * 64 * (96 codes + 2 scale bytes) = 50,176 B.
-// Request = 16 layers * (20 * 133120 + 492 * 50176) = 437,583,872 B = 13.041015625 KiB per token.
+// Pages = 16 layers * (20 * 133120 + 492 * 50176) = 437,583,872 B; block table = 16 * 512 * sizeof(PageRef)
+// = 16 * 512 * 8 = 65,536 B. Request = 437,649,408 B = 13.04296875 KiB per token.
 TEST(CapacityPlan, MinimaBytesAreExactAtPaperContexts) {
   const CapacityPlan p = PlanQwen(32768);
   EXPECT_EQ(p.minima_pages.pages_per_layer, 512);
@@ -83,18 +85,20 @@ TEST(CapacityPlan, MinimaBytesAreExactAtPaperContexts) {
   EXPECT_EQ(p.minima_pages.fp8_page_bytes, 133120);
   EXPECT_EQ(p.minima_pages.tq3_page_bytes, 50176);
   EXPECT_EQ(p.minima_pages.slack_tokens_per_layer, 0);
-  EXPECT_EQ(p.minima.kv_bytes_per_request, 437583872);
-  EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 13.041015625);
-  EXPECT_DOUBLE_EQ(p.minima.compression_vs_bf16, 2147483648.0 / 437583872.0);
-  EXPECT_DOUBLE_EQ(p.minima.compression_vs_fp8, 1073741824.0 / 437583872.0);
-  EXPECT_DOUBLE_EQ(p.minima_pages.fp8_byte_fraction, 16.0 * 20 * 133120 / 437583872.0);
-  // floor(61.25 / (437583872 / 2^30 + 0.153)) = floor(109.3) = 109
+  static_assert(sizeof(PageRef) == 8);
+  EXPECT_EQ(p.minima_pages.metadata_bytes_per_request, 65536);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, 437649408);
+  EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 13.04296875);
+  EXPECT_DOUBLE_EQ(p.minima.compression_vs_bf16, 2147483648.0 / 437649408.0);
+  EXPECT_DOUBLE_EQ(p.minima.compression_vs_fp8, 1073741824.0 / 437649408.0);
+  EXPECT_DOUBLE_EQ(p.minima_pages.fp8_byte_fraction, 16.0 * 20 * 133120 / 437649408.0);
+  // floor(61.25 / (437649408 / 2^30 + 0.153)) = floor(109.3) = 109
   EXPECT_EQ(p.minima.concurrency, 109);
 
-  // 64K: 1024 pages, 20 FP8, 1004 TQ3 -> 16 * (20 * 133120 + 1004 * 50176) = 848,625,664 B.
+  // 64K: 1024 pages, 20 FP8, 1004 TQ3 -> 16 * (20 * 133120 + 1004 * 50176) + 16 * 1024 * 8 = 848,756,736 B.
   const CapacityPlan q = PlanQwen(65536);
-  EXPECT_EQ(q.minima.kv_bytes_per_request, 848625664);
-  EXPECT_DOUBLE_EQ(q.minima.kib_per_token, 12.6455078125);
+  EXPECT_EQ(q.minima.kv_bytes_per_request, 848756736);
+  EXPECT_DOUBLE_EQ(q.minima.kib_per_token, 12.6474609375);
   EXPECT_EQ(q.minima.concurrency, 64);
   // Ours must beat the paper's Minima figures (18.3 KiB/token, 84 and 47 requests).
   EXPECT_LT(p.minima.kib_per_token, kPaperMinimaKibPerToken);
@@ -109,7 +113,7 @@ TEST(CapacityPlan, PartialTailPageAndOverlapsAreCountedOnce) {
   EXPECT_EQ(p.minima_pages.pages_per_layer, 516);
   EXPECT_EQ(p.minima_pages.fp8_pages_per_layer, 21);
   EXPECT_EQ(p.minima_pages.slack_tokens_per_layer, 24);
-  EXPECT_EQ(p.minima.kv_bytes_per_request, 16 * (21 * int64_t(133120) + 495 * int64_t(50176)));
+  EXPECT_EQ(p.minima.kv_bytes_per_request, 16 * (21 * int64_t(133120) + 495 * int64_t(50176) + 516 * 8));
   EXPECT_EQ(p.minima.concurrency, 108);
 
   // 1,000 tokens: 16 pages, all inside anchors + recent window: every page FP8, none counted twice.
@@ -117,12 +121,12 @@ TEST(CapacityPlan, PartialTailPageAndOverlapsAreCountedOnce) {
   EXPECT_EQ(small.minima_pages.pages_per_layer, 16);
   EXPECT_EQ(small.minima_pages.fp8_pages_per_layer, 16);
   EXPECT_EQ(small.minima_pages.tq3_pages_per_layer, 0);
-  EXPECT_EQ(small.minima.kv_bytes_per_request, 16 * 16 * int64_t(133120));
+  EXPECT_EQ(small.minima.kv_bytes_per_request, 16 * 16 * (int64_t(133120) + 8));
 
   // No anchors, no recent window, page-aligned context: everything TQ3.
   const CapacityPlan all_tq3 = PlanQwen(4096, PlanPolicy{.page_tokens = 64, .anchor_tokens = 0, .recent_tokens = 0});
   EXPECT_EQ(all_tq3.minima_pages.fp8_pages_per_layer, 0);
-  EXPECT_EQ(all_tq3.minima.kv_bytes_per_request, 16 * 64 * int64_t(50176));
+  EXPECT_EQ(all_tq3.minima.kv_bytes_per_request, 16 * 64 * (int64_t(50176) + 8));
   // Same but one token past a page boundary: the partial tail page stays FP8 (appends write FP8).
   const CapacityPlan tail = PlanQwen(4097, PlanPolicy{.page_tokens = 64, .anchor_tokens = 0, .recent_tokens = 0});
   EXPECT_EQ(tail.minima_pages.fp8_pages_per_layer, 1);
@@ -139,8 +143,8 @@ TEST(CapacityPlan, LlamaPagesUseItsHeadDim) {
   // FP8 page 2*8*64*(128+4) = 135,168 B; TQ3 page 2*8*64*(48+2) = 51,200 B.
   EXPECT_EQ(p.minima_pages.fp8_page_bytes, 135168);
   EXPECT_EQ(p.minima_pages.tq3_page_bytes, 51200);
-  EXPECT_EQ(p.minima.kv_bytes_per_request, 32 * (20 * int64_t(135168) + 492 * int64_t(51200)));
-  EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 26.6015625);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, 32 * (20 * int64_t(135168) + 492 * int64_t(51200) + 512 * 8));
+  EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 26.6015625 + 32.0 * 512 * 8 / 32768 / 1024);
 }
 
 TEST(CapacityPlan, SlidingLayersHoldOnlyTheirWindow) {
@@ -152,7 +156,7 @@ TEST(CapacityPlan, SlidingLayersHoldOnlyTheirWindow) {
   EXPECT_EQ(p.bf16.kv_bytes_per_request, (8192 + 3 * 1024) * int64_t(2 * 2 * 128 * 2));
   // Sliding layers: 16 pages, all in the recent window -> FP8. Full layer: 128 pages, 4 + 16 FP8.
   const int64_t fp8_page = 2 * 2 * 64 * (128 + 4), tq3_page = 2 * 2 * 64 * (48 + 2);
-  EXPECT_EQ(p.minima.kv_bytes_per_request, (20 + 3 * 16) * fp8_page + 108 * tq3_page);
+  EXPECT_EQ(p.minima.kv_bytes_per_request, (20 + 3 * 16) * fp8_page + 108 * tq3_page + (128 + 3 * 16) * 8);
 }
 
 TEST(CapacityPlan, BadInputsNameTheValue) {
@@ -250,7 +254,7 @@ TEST(PlanReport, JsonCarriesEveryFormatAndThePaperReference) {
     EXPECT_EQ(concurrency, expected_concurrency[i]) << formats[i];
   }
   EXPECT_EQ(parsed.Find("bf16")->Find("kib_per_token")->as_double(), 64.0);
-  EXPECT_EQ(parsed.Find("minima")->Find("kib_per_token")->as_double(), 13.041);
+  EXPECT_EQ(parsed.Find("minima")->Find("kib_per_token")->as_double(), 13.043);
   const JsonValue* paper = parsed.Find("paper_reference");
   ASSERT_NE(paper, nullptr);
   EXPECT_TRUE(paper->Find("inputs_match")->as_bool());
