@@ -1,0 +1,107 @@
+// CUDA decode attention over a mixed-format paged KV cache: one partial kernel per format (BF16, FP8, TQ3 in the
+// rotated domain) split over pages, then one merge kernel (base-2 LSE, partial_state.h) that also applies the one
+// inverse Hadamard rotation per head the TQ3 part needs.
+//
+// Plan / Upload / Run, as FlashInfer: CudaDecodePlan::Create runs on the host from host copies of the views'
+// lengths and decides the work split (page chunks per sequence and format) and the workspace size; Upload copies
+// the work lists into the workspace; CudaDecodeRun only launches kernels, so it can be captured in a CUDA graph
+// and replayed as long as the lengths (hence the plan) do not change.
+//
+// Scope: decode, one query token per sequence (q_indptr is not read: sequence s owns query row s).
+// REQUIRES: head_dim 128 or 256; num_q_heads / kv_heads <= 8 (GQA group in one MMA tile); page_tokens a multiple
+// of 16 (the key tile); every view of one plan shares kv_heads and head_dim.
+//
+// Numerics: scores via tensor-core MMA (m16n8k16, fp32 accumulation). The query is split in two 16-bit parts
+// (hi + lo) so it keeps ~fp32 precision; BF16 pages use bf16 operands (probabilities also split hi + lo), FP8
+// and TQ3 pages fp16 operands (E4M3 codes convert exactly; TQ3 centroids round to fp16, relative 2^-12).
+// Per-vector scales are applied to scores (K) and folded into the probabilities (V).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "minimakv/attention_batch.h"
+#include "minimakv/kv_format.h"
+#include "minimakv/paged_kv_view.h"
+#include "minimakv/status.h"
+
+namespace minimakv {
+
+inline constexpr int kCudaMaxViews = 3;        // one per KvFormat
+inline constexpr int kCudaKeyTileTokens = 16;  // keys per MMA tile; page_tokens must be a multiple
+
+struct CudaDecodeShape {
+  int num_seqs = 0;
+  int num_q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float sm_scale = 0.0f;               // softmax scale, usually 1/sqrt(head_dim)
+  uint64_t rotation_seed = 0;          // HadamardRotation seed of the TQ3 pages (ignored without a TQ3 view)
+};
+
+// Host copies of one view's lengths (the same arrays as the device PagedKvView), for planning only.
+struct CudaViewLengths {
+  KvFormat format = KvFormat::kBf16;
+  int page_tokens = 0;
+  const int32_t* page_indptr = nullptr;       // host [num_seqs + 1]
+  const int32_t* last_page_tokens = nullptr;  // host [num_seqs]
+};
+
+// One CTA's work: pages [page_begin, page_end) of the view's page_ids, all of sequence seq; the last page of the
+// range holds last_tokens valid tokens (page_tokens unless it is the sequence's last page).
+struct CudaWorkItem {
+  int32_t seq;
+  int32_t page_begin;
+  int32_t page_end;
+  int32_t last_tokens;
+};
+
+class CudaDecodePlan {
+ public:
+  // views: the formats present in this step (each at most once; a view whose sequences are all empty may be
+  // left out). sm_count: multiprocessors of the device (cudaDevAttrMultiProcessorCount), sizes the split.
+  static Status Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views, int sm_count,
+                       CudaDecodePlan* out);
+
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  // Copies the work lists into d_workspace (cudaMemcpyAsync from this object's host memory: keep the plan alive
+  // and unchanged until the stream has passed the copy).
+  Status Upload(void* d_workspace, cudaStream_t stream) const;
+
+  const CudaDecodeShape& shape() const { return shape_; }
+  int num_views() const { return num_views_; }
+  KvFormat view_format(int v) const { return formats_[v]; }
+  int view_items(int v) const { return item_count_[v]; }
+  int total_items() const { return total_items_; }
+
+ private:
+  friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
+                              PartialStatesOut, cudaStream_t);
+  CudaDecodeShape shape_;
+  int num_views_ = 0;
+  KvFormat formats_[kCudaMaxViews] = {};
+  int page_tokens_[kCudaMaxViews] = {};
+  int item_count_[kCudaMaxViews] = {};
+  int item_offset_[kCudaMaxViews] = {};       // first global partial-state index of each view
+  size_t items_offset_bytes_[kCudaMaxViews] = {};   // CudaWorkItem[item_count] in the workspace
+  size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
+  size_t q_rot_offset_bytes_ = 0;                   // float [num_seqs][num_q_heads][head_dim]
+  size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
+  size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
+  size_t meta_bytes_ = 0;                           // the uploaded prefix
+  int total_items_ = 0;
+  size_t workspace_bytes_ = 0;
+  std::vector<uint8_t> host_meta_;                  // what Upload copies
+};
+
+// Decode attention of one query token per sequence over all views; writes the merged state of every (sequence,
+// query head): out.out [num_seqs][num_q_heads][head_dim] (original domain), out.lse_log2 [num_seqs][num_q_heads]
+// (-inf and zero output for a sequence with no cached token). views[v] must match the plan's view v (format,
+// lengths); their pointers are device memory. d_q: [num_seqs][num_q_heads][head_dim] fp32, device.
+Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
+                     void* d_workspace, PartialStatesOut out, cudaStream_t stream);
+
+}  // namespace minimakv

@@ -1,0 +1,791 @@
+// Paged decode attention on the GPU: plan, per-format partial kernels, merge. See cuda_attention.h.
+//
+// Partial kernel (one CTA = 4 warps = one work item x one KV head). Each warp takes key tiles of 16 tokens and
+// runs two tensor-core products per tile (mma.sync m16n8k16, fp32 accumulate):
+//   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
+//   O^T[16 dims][8 heads] += V^T[16 dims][16 keys] * P^T    (P^T fragments are the S accumulators, no shuffle)
+// The reduction dimension of an MMA may be permuted freely as long as both operands use the same permutation,
+// so each thread loads 16-byte runs of its key rows straight into fragment registers (K side: the query
+// fragment follows the key layout; V side: the output rows are relabeled). TQ3 codes expand to fp16 in
+// registers: the three bit planes are spread into 3-bit nibbles and two byte permutes (prmt) look up the low and
+// high bytes of the fp16 centroid. Nothing is dequantized to memory.
+#include "minimakv/cuda_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/cuda_warp_rotation.cuh"
+#include "minimakv/cuda_cache_ops.h"
+#include "minimakv/partial_state.h"
+#include "minimakv/tq3_codec.h"
+
+namespace minimakv {
+namespace {
+
+using cuda_detail::kFullWarpMask;
+using cuda_detail::kWarpSize;
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
+constexpr int kMaxGroup = 8;            // query heads per KV head that fit the MMA's 8-wide head dimension
+constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k-steps (each thread: 32 of them)
+constexpr int kMinChunkTokens = 256;    // smallest page chunk a CTA takes (keeps the merge small)
+constexpr int kMergeWarps = 4;
+constexpr size_t kWorkspaceAlign = 256;
+
+Status CudaError(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return Status::Ok();
+  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(error));
+}
+
+size_t AlignUp(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+// CTAs per SM the partial kernels are built for (__launch_bounds__ below): sizes the split.
+constexpr int DecodeCtasPerSm(int head_dim) { return head_dim == 256 ? 2 : 4; }
+
+// ---------------------------------------------------------------------------------------------------------
+// Device helpers
+
+__device__ inline void MmaF16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                              uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ inline void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                               uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <KvFormat kFormat>
+__device__ inline void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                           uint32_t b1) {
+  if constexpr (kFormat == KvFormat::kBf16) {
+    MmaBf16(c, a0, a1, a2, a3, b0, b1);
+  } else {
+    MmaF16(c, a0, a1, a2, a3, b0, b1);
+  }
+}
+
+// Two 16-bit operands (low half = first) in the MMA element type of the format: bf16 for BF16 pages, fp16 else.
+template <KvFormat kFormat>
+__device__ inline uint16_t ToOperand(float x) {
+  if constexpr (kFormat == KvFormat::kBf16) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  } else {
+    return __half_as_ushort(__float2half_rn(x));
+  }
+}
+template <KvFormat kFormat>
+__device__ inline float FromOperand(uint16_t bits) {
+  if constexpr (kFormat == KvFormat::kBf16) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+__device__ inline uint32_t Pack(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
+
+// Two E4M3 codes (low byte = first) -> fp16x2, exact (hardware conversion, sm_89+).
+__device__ inline uint32_t E4m3x2ToF16x2(uint32_t two_codes) {
+  uint32_t out;
+  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(out) : "r"(two_codes));
+  return out;
+}
+
+__device__ inline uint4 LoadU4(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ inline uint32_t LoadU32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+
+// fp16 centroid byte tables for prmt: byte m of lo = low byte of fp16(c[m]); sign only changes the high byte.
+struct Tq3Tables {
+  uint32_t lo;
+  uint32_t hi_pos;
+  uint32_t hi_neg;
+};
+__device__ inline Tq3Tables MakeTq3Tables() {
+  Tq3Tables t{0, 0, 0};
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const uint32_t bits = __half_as_ushort(__float2half_rn(Tq3Magnitude(m)));
+    t.lo |= (bits & 0xFFu) << (8 * m);
+    t.hi_pos |= (bits >> 8) << (8 * m);
+  }
+  t.hi_neg = t.hi_pos | 0x80808080u;
+  return t;
+}
+
+// Expands kCoords (16 or 32) TQ3 coordinates (bits [0, kCoords) of the three plane words) into kCoords / 2 fp16x2
+// registers. Register rho = r * (kCoords / 8) + h holds coordinates (8 h + r, 8 h + 4 + r) (low, high half).
+template <int kCoords>
+__device__ inline void ExpandTq3(uint32_t p0, uint32_t p1, uint32_t p2, const Tq3Tables& tab,
+                                 uint32_t (&out)[kCoords / 2]) {
+  constexpr int kPerR = kCoords / 8;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    // Nibble n = 3-bit index of coordinate 4 n + r (bit 3 stays 0: plain byte select in prmt).
+    const uint32_t nib = ((p0 >> r) & 0x11111111u) | (((p1 >> r) << 1) & 0x22222222u) |
+                         (((p2 >> r) << 2) & 0x44444444u);
+#pragma unroll
+    for (int half = 0; half < kPerR / 2; ++half) {
+      const uint32_t sel = nib >> (16 * half);
+      const uint32_t lo4 = __byte_perm(tab.lo, tab.lo, sel);
+      const uint32_t hi4 = __byte_perm(tab.hi_pos, tab.hi_neg, sel);
+      out[r * kPerR + 2 * half + 0] = __byte_perm(lo4, hi4, 0x5140);
+      out[r * kPerR + 2 * half + 1] = __byte_perm(lo4, hi4, 0x7362);
+    }
+  }
+}
+
+// ---- K side layout: per 128-dim block, thread t (= lane % 4) holds 16 pair registers of one key row.
+// KDim gives the dimension (within the block) of pair register rho, element e (0 = low half).
+template <KvFormat kFormat>
+__host__ __device__ inline int KDim(int t, int rho, int e) {
+  if constexpr (kFormat == KvFormat::kBf16) {  // uint4 i at byte 16 (4 i + t): 8 dims, pairs 4 i + w
+    return 8 * (4 * (rho >> 2) + t) + 2 * (rho & 3) + e;
+  } else if constexpr (kFormat == KvFormat::kFp8) {  // uint4 i at byte 16 (4 i + t): 16 dims, pairs 8 i + j
+    return 16 * (4 * (rho >> 3) + t) + 2 * (rho & 7) + e;
+  } else {  // group t (32 coordinates): ExpandTq3<32> order
+    return 32 * t + 8 * (rho & 3) + (rho >> 2) + 4 * e;
+  }
+}
+
+template <KvFormat kFormat>
+__device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, const Tq3Tables& tab,
+                                   uint32_t (&pairs)[16]) {
+  if constexpr (kFormat == KvFormat::kBf16) {
+    const uint8_t* base = vec + block * kBlockDims * 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = LoadU4(base + 16 * (4 * i + t));
+      pairs[4 * i + 0] = v.x;
+      pairs[4 * i + 1] = v.y;
+      pairs[4 * i + 2] = v.z;
+      pairs[4 * i + 3] = v.w;
+    }
+  } else if constexpr (kFormat == KvFormat::kFp8) {
+    const uint8_t* base = vec + block * kBlockDims;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint4 v = LoadU4(base + 16 * (4 * i + t));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pairs[8 * i + 2 * j + 0] = E4m3x2ToF16x2(w[j] & 0xFFFFu);
+        pairs[8 * i + 2 * j + 1] = E4m3x2ToF16x2(w[j] >> 16);
+      }
+    }
+  } else {
+    const uint8_t* group = vec + (block * 4 + t) * 12;  // 12 bytes per 32-coordinate group
+    ExpandTq3<32>(LoadU32(group), LoadU32(group + 4), LoadU32(group + 8), tab, pairs);
+  }
+}
+
+// ---- V side layout: thread g (= lane / 4) owns kRun = d / 8 dims of each of its 4 keys; pair register rho is
+// m-tile rho: rows g and g + 8 of V^T are VDim(g, rho, 0) and VDim(g, rho, 1).
+template <KvFormat kFormat, int kHeadDim>
+__host__ __device__ inline int VDim(int g, int rho, int e) {
+  if constexpr (kFormat == KvFormat::kBf16) {  // uint4 i at byte 16 (8 i + g)
+    return 8 * (8 * (rho >> 2) + g) + 2 * (rho & 3) + e;
+  } else if constexpr (kFormat == KvFormat::kFp8) {
+    return 16 * (8 * (rho >> 3) + g) + 2 * (rho & 7) + e;
+  } else if constexpr (kHeadDim == 256) {  // group g, ExpandTq3<32>
+    return 32 * g + 8 * (rho & 3) + (rho >> 2) + 4 * e;
+  } else {  // half group: coordinates 16 (g & 1) .. of group g / 2, ExpandTq3<16>
+    return 32 * (g >> 1) + 16 * (g & 1) + 8 * (rho & 1) + (rho >> 1) + 4 * e;
+  }
+}
+
+template <KvFormat kFormat, int kHeadDim>
+__device__ inline void LoadExpandV(const uint8_t* vec, int g, const Tq3Tables& tab,
+                                   uint32_t (&pairs)[kHeadDim / 16]) {
+  constexpr int kPairs = kHeadDim / 16;
+  if constexpr (kFormat == KvFormat::kBf16) {
+#pragma unroll
+    for (int i = 0; i < kPairs / 4; ++i) {
+      const uint4 v = LoadU4(vec + 16 * (8 * i + g));
+      pairs[4 * i + 0] = v.x;
+      pairs[4 * i + 1] = v.y;
+      pairs[4 * i + 2] = v.z;
+      pairs[4 * i + 3] = v.w;
+    }
+  } else if constexpr (kFormat == KvFormat::kFp8) {
+#pragma unroll
+    for (int i = 0; i < kPairs / 8; ++i) {
+      const uint4 v = LoadU4(vec + 16 * (8 * i + g));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pairs[8 * i + 2 * j + 0] = E4m3x2ToF16x2(w[j] & 0xFFFFu);
+        pairs[8 * i + 2 * j + 1] = E4m3x2ToF16x2(w[j] >> 16);
+      }
+    }
+  } else if constexpr (kHeadDim == 256) {
+    const uint8_t* group = vec + 12 * g;
+    ExpandTq3<32>(LoadU32(group), LoadU32(group + 4), LoadU32(group + 8), tab, pairs);
+  } else {
+    const uint8_t* group = vec + 12 * (g >> 1);
+    const int shift = 16 * (g & 1);
+    ExpandTq3<16>(LoadU32(group) >> shift, LoadU32(group + 4) >> shift, LoadU32(group + 8) >> shift, tab, pairs);
+  }
+}
+
+template <KvFormat kFormat>
+__device__ inline float LoadScale(const uint8_t* page, size_t offset) {
+  if constexpr (kFormat == KvFormat::kFp8) {
+    return __ldg(reinterpret_cast<const float*>(page + offset));
+  } else {
+    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(page + offset))));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Partial kernel
+
+struct DecodeParams {
+  const uint8_t* pages;
+  const int32_t* page_ids;
+  const CudaWorkItem* items;
+  const float* q;          // [num_seqs][num_q_heads][head_dim], rotated for TQ3
+  float* part_out;         // [total_items][num_q_heads][head_dim]
+  float* part_lse;         // [total_items][num_q_heads]
+  PageLayout layout;
+  int item_offset;         // global index of this view's first item
+  int num_q_heads;
+  int group;               // query heads per KV head (<= 8)
+  float q_scale;           // sm_scale * log2(e): scores come out in base 2
+};
+
+template <KvFormat kFormat, int kHeadDim>
+struct DecodeShared {
+  uint4 q_frag[kHeadDim / 16][kWarpSize];  // per k-step and lane: {hi a0a1, hi a4a5, lo a0a1, lo a4a5}
+  float warp_out[kDecodeWarps][kMaxGroup][kHeadDim];
+  float warp_max[kDecodeWarps][kMaxGroup];
+  float warp_sum[kDecodeWarps][kMaxGroup];
+};
+
+template <KvFormat kFormat, int kHeadDim>
+__global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) DecodePartialKernel(DecodeParams p) {
+  constexpr int kBlocks = kHeadDim / kBlockDims;
+  constexpr int kMTiles = kHeadDim / 16;
+  constexpr bool kScaled = kFormat != KvFormat::kBf16;
+  constexpr int kTile = kCudaKeyTileTokens;
+  __shared__ DecodeShared<kFormat, kHeadDim> sh;
+
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int g = lane >> 2;  // MMA group id: head row (QK), key row (K load), dim rows (V)
+  const int t = lane & 3;   // thread in group
+  const int kv_head = blockIdx.y;
+  const CudaWorkItem item = p.items[blockIdx.x];
+  const Tq3Tables tab = MakeTq3Tables();
+
+  // Query fragments (scaled into base 2, split hi + lo), shared by the 4 warps.
+  for (int e = threadIdx.x; e < kMTiles * kWarpSize; e += kDecodeThreads) {
+    const int kstep = e / kWarpSize;
+    const int ln = e % kWarpSize;
+    const int row = ln >> 2;
+    const int tt = ln & 3;
+    const int block = kstep / 8;
+    const int jj = kstep % 8;
+    const float* q_row = row < p.group
+                             ? p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim
+                             : nullptr;
+    uint32_t regs[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // a0a1 (rho = 2 jj), a4a5 (rho = 2 jj + 1)
+      uint16_t hi[2];
+      uint16_t lo[2];
+#pragma unroll
+      for (int el = 0; el < 2; ++el) {
+        const int dim = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
+        const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
+        hi[el] = ToOperand<kFormat>(v);
+        lo[el] = ToOperand<kFormat>(v - FromOperand<kFormat>(hi[el]));
+      }
+      regs[half] = Pack(hi[0], hi[1]);
+      regs[2 + half] = Pack(lo[0], lo[1]);
+    }
+    sh.q_frag[kstep][ln] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+  }
+  __syncthreads();
+
+  const int page_tokens = p.layout.page_tokens;
+  const int tiles_per_page = page_tokens / kTile;
+  const int num_pages = item.page_end - item.page_begin;
+  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
+  const size_t page_bytes = p.layout.page_bytes();
+
+  float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
+  float row_sum = 0.0f;       // head g, this thread's keys (reduced at the end)
+  float v_unit = 1.0f;        // o_acc holds O / v_unit (keeps the folded V scales in fp16 range)
+  float o_acc[kMTiles][4];
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
+
+  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps) {
+    const int page_local = tile / tiles_per_page;
+    const int tile_in_page = tile % tiles_per_page;
+    const int page_id = p.page_ids[item.page_begin + page_local];
+    const int page_valid = page_local == num_pages - 1 ? item.last_tokens : page_tokens;
+    const int valid = min(kTile, page_valid - kTile * tile_in_page);
+    const int tok0 = kTile * tile_in_page;
+    const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
+
+    // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one.
+    float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint8_t* key_a = page + p.layout.k_codes_offset(kv_head, tok0 + min(g, valid - 1));
+    const uint8_t* key_b = page + p.layout.k_codes_offset(kv_head, tok0 + min(8 + g, valid - 1));
+#pragma unroll
+    for (int block = 0; block < kBlocks; ++block) {
+      uint32_t ka[16];
+      uint32_t kb[16];
+      LoadExpandK<kFormat>(key_a, block, t, tab, ka);
+      LoadExpandK<kFormat>(key_b, block, t, tab, kb);
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const uint4 qf = sh.q_frag[block * 8 + jj][lane];
+        Mma<kFormat>(s0, qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
+        Mma<kFormat>(s0, qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
+        Mma<kFormat>(s1, qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        Mma<kFormat>(s1, qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
+      }
+    }
+    // This thread's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t (S columns), for head g (S row).
+    const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+    float score[4] = {s0[0], s0[1], s1[0], s1[1]};
+    float v_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int token = tok0 + min(keys[i], valid - 1);
+      if constexpr (kScaled) {
+        score[i] *= LoadScale<kFormat>(page, p.layout.k_scale_offset(kv_head, token));
+        v_scale[i] = LoadScale<kFormat>(page, p.layout.v_scale_offset(kv_head, token));
+      }
+      if (keys[i] >= valid) score[i] = -INFINITY;
+    }
+    float tile_max = fmaxf(fmaxf(score[0], score[1]), fmaxf(score[2], score[3]));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, 2));
+    const float new_max = fmaxf(row_max, tile_max);  // finite: key 0 of a tile is always valid
+    const float alpha = exp2f(row_max - new_max);
+    row_max = new_max;
+    float prob[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) prob[i] = exp2f(score[i] - new_max);
+    row_sum = row_sum * alpha + (prob[0] + prob[1]) + (prob[2] + prob[3]);
+
+    float ratio = 1.0f;
+    if constexpr (kScaled) {
+      float v_max = fmaxf(fmaxf(v_scale[0], v_scale[1]), fmaxf(v_scale[2], v_scale[3]));
+      v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 1));
+      v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 2));
+      if (v_max > 0.0f) {
+        ratio = v_unit / v_max;
+        v_unit = v_max;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) prob[i] *= v_scale[i] / v_unit;
+    }
+    // P^T fragments: b0b1 = keys (2t, 2t+1), b2b3 = keys (8+2t, 9+2t) of head g.
+    uint32_t pb_hi[2];
+    uint32_t pb_lo[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint16_t h0 = ToOperand<kFormat>(prob[2 * half]);
+      const uint16_t h1 = ToOperand<kFormat>(prob[2 * half + 1]);
+      pb_hi[half] = Pack(h0, h1);
+      pb_lo[half] = Pack(ToOperand<kFormat>(prob[2 * half] - FromOperand<kFormat>(h0)),
+                         ToOperand<kFormat>(prob[2 * half + 1] - FromOperand<kFormat>(h1)));
+    }
+    // Rescale O columns (heads 2t, 2t + 1) by their heads' alpha.
+    const float f0 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t)) * ratio;
+    const float f1 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t + 1)) * ratio;
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+      o_acc[m][0] *= f0;
+      o_acc[m][1] *= f1;
+      o_acc[m][2] *= f0;
+      o_acc[m][3] *= f1;
+    }
+    // ---- values: keys 2t, 2t+1, 8+2t, 9+2t; pack two keys' values of one dim per register.
+    uint32_t va[kMTiles];
+    uint32_t vb[kMTiles];
+    uint32_t vc[kMTiles];
+    uint32_t vd[kMTiles];
+    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[0], valid - 1)), g, tab, va);
+    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[1], valid - 1)), g, tab, vb);
+    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[2], valid - 1)), g, tab, vc);
+    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[3], valid - 1)), g, tab, vd);
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+      const uint32_t a0 = __byte_perm(va[m], vb[m], 0x5410);
+      const uint32_t a1 = __byte_perm(va[m], vb[m], 0x7632);
+      const uint32_t a2 = __byte_perm(vc[m], vd[m], 0x5410);
+      const uint32_t a3 = __byte_perm(vc[m], vd[m], 0x7632);
+      Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_hi[0], pb_hi[1]);
+      if constexpr (kFormat == KvFormat::kBf16) Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_lo[0], pb_lo[1]);
+    }
+  }
+
+  // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
+  row_sum += __shfl_xor_sync(kFullWarpMask, row_sum, 1);
+  row_sum += __shfl_xor_sync(kFullWarpMask, row_sum, 2);
+  if (t == 0) {
+    sh.warp_max[warp][g] = row_max;
+    sh.warp_sum[warp][g] = row_sum;
+  }
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+    const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
+    const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
+    sh.warp_out[warp][2 * t][dim0] = o_acc[m][0] * v_unit;
+    sh.warp_out[warp][2 * t + 1][dim0] = o_acc[m][1] * v_unit;
+    sh.warp_out[warp][2 * t][dim1] = o_acc[m][2] * v_unit;
+    sh.warp_out[warp][2 * t + 1][dim1] = o_acc[m][3] * v_unit;
+  }
+  __syncthreads();
+  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(kv_head) * p.group;
+  for (int e = threadIdx.x; e < p.group * kHeadDim; e += kDecodeThreads) {
+    const int h = e / kHeadDim;
+    const int dim = e % kHeadDim;
+    float max_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, sh.warp_max[w][h]);
+    float out = 0.0f;
+    float lse = -INFINITY;
+    if (max_all != -INFINITY) {
+      float sum = 0.0f;
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float weight = exp2f(sh.warp_max[w][h] - max_all);
+        sum += sh.warp_sum[w][h] * weight;
+        acc += sh.warp_out[w][h][dim] * weight;
+      }
+      out = acc / sum;
+      lse = max_all + log2f(sum);
+    }
+    p.part_out[(state_base + h) * kHeadDim + dim] = out;
+    if (dim == 0) p.part_lse[state_base + h] = lse;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Query rotation (TQ3): q' = H D q / sqrt(d), one warp per (sequence, query head).
+template <int kHeadDim>
+__global__ void __launch_bounds__(kMergeWarps * kWarpSize)
+    RotateQueryKernel(const float* q, float* q_rot, int rows, CudaSignBits signs, float inv_sqrt_dim) {
+  constexpr int kPerLane = kHeadDim / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  float v[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int i = lane + kWarpSize * k;
+    v[k] = q[size_t(row) * kHeadDim + i] * cuda_detail::SignOf(signs, i);
+  }
+  cuda_detail::WarpFwht<kHeadDim>(v, lane);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) q_rot[size_t(row) * kHeadDim + lane + kWarpSize * k] = v[k] * inv_sqrt_dim;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Merge: one warp per (sequence, query head). TQ3 items first (rotated domain), one inverse rotation, then the
+// other formats' items, all through MergePartialState (partial_state.h) on the lane's strided coordinates.
+struct MergeParams {
+  const float* part_out;
+  const float* part_lse;
+  const int32_t* indptr[kCudaMaxViews];  // [num_seqs + 1] items of seq s, view-local
+  int item_offset[kCudaMaxViews];
+  int tq3_view;  // -1 if none
+  int num_views;
+  int num_seqs;
+  int num_q_heads;
+  float* out;
+  float* lse_log2;
+  CudaSignBits signs;
+  float inv_sqrt_dim;
+};
+
+template <int kHeadDim>
+__device__ inline void MergeView(const MergeParams& p, int v, int seq, int head, int lane,
+                                 float (&acc)[kHeadDim / kWarpSize], float* acc_lse) {
+  constexpr int kPerLane = kHeadDim / kWarpSize;
+  const int begin = p.indptr[v][seq];
+  const int end = p.indptr[v][seq + 1];
+  for (int it = begin; it < end; ++it) {
+    const size_t state = size_t(p.item_offset[v] + it) * p.num_q_heads + head;
+    float other[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) other[k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+    MergePartialState(acc, acc_lse, other, p.part_lse[state], kPerLane);
+  }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergeParams p) {
+  constexpr int kPerLane = kHeadDim / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
+  if (row >= p.num_seqs * p.num_q_heads) return;
+  const int seq = row / p.num_q_heads;
+  const int head = row % p.num_q_heads;
+  float acc[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
+  float acc_lse = -INFINITY;
+  if (p.tq3_view >= 0) {
+    MergeView<kHeadDim>(p, p.tq3_view, seq, head, lane, acc, &acc_lse);
+    // x = D H y / sqrt(d): the one inverse rotation of this head's TQ3 output.
+    cuda_detail::WarpFwht<kHeadDim>(acc, lane);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      acc[k] = acc[k] * p.inv_sqrt_dim * cuda_detail::SignOf(p.signs, lane + kWarpSize * k);
+    }
+  }
+  for (int v = 0; v < p.num_views; ++v) {
+    if (v != p.tq3_view) MergeView<kHeadDim>(p, v, seq, head, lane, acc, &acc_lse);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = acc[k];
+  if (lane == 0) p.lse_log2[row] = acc_lse;
+}
+
+template <KvFormat kFormat, int kHeadDim>
+Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
+  DecodePartialKernel<kFormat, kHeadDim><<<dim3(unsigned(items), unsigned(kv_heads)), kDecodeThreads, 0, stream>>>(
+      params);
+  return CudaError(cudaGetLastError(), "decode partial kernel launch");
+}
+
+template <int kHeadDim>
+Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
+  switch (format) {
+    case KvFormat::kBf16: return LaunchPartial<KvFormat::kBf16, kHeadDim>(params, items, kv_heads, stream);
+    case KvFormat::kFp8: return LaunchPartial<KvFormat::kFp8, kHeadDim>(params, items, kv_heads, stream);
+    case KvFormat::kTq3: return LaunchPartial<KvFormat::kTq3, kHeadDim>(params, items, kv_heads, stream);
+  }
+  return Status::Internal("unknown format");
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------------------
+// Plan
+
+Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views,
+                              int sm_count, CudaDecodePlan* out) {
+  if (shape.num_seqs < 0) return Status::InvalidArgument("num_seqs " + std::to_string(shape.num_seqs) + " < 0");
+  if (shape.head_dim != 128 && shape.head_dim != 256) {
+    return Status::Unsupported("CUDA decode takes head_dim 128 or 256, not " + std::to_string(shape.head_dim));
+  }
+  if (shape.kv_heads <= 0 || shape.num_q_heads <= 0 || shape.num_q_heads % shape.kv_heads != 0) {
+    return Status::InvalidArgument("num_q_heads " + std::to_string(shape.num_q_heads) +
+                                   " is not a positive multiple of kv_heads " + std::to_string(shape.kv_heads));
+  }
+  if (shape.num_q_heads / shape.kv_heads > kMaxGroup) {
+    return Status::Unsupported("GQA group " + std::to_string(shape.num_q_heads / shape.kv_heads) +
+                               " exceeds the CUDA decode limit of 8 query heads per KV head");
+  }
+  if (!(shape.sm_scale > 0.0f) || !std::isfinite(shape.sm_scale)) {
+    return Status::InvalidArgument("sm_scale " + std::to_string(shape.sm_scale) + " must be positive and finite");
+  }
+  if (num_views < 0 || num_views > kCudaMaxViews) {
+    return Status::InvalidArgument("num_views " + std::to_string(num_views) + " outside [0, 3]");
+  }
+  if (sm_count <= 0) return Status::InvalidArgument("sm_count " + std::to_string(sm_count) + " <= 0");
+  CudaDecodePlan plan;
+  plan.shape_ = shape;
+  plan.num_views_ = num_views;
+  std::vector<std::vector<CudaWorkItem>> items(num_views);
+  std::vector<std::vector<int32_t>> indptr(num_views);
+  bool seen[kNumKvFormats] = {};
+  const int target_ctas = sm_count * DecodeCtasPerSm(shape.head_dim);
+  for (int v = 0; v < num_views; ++v) {
+    const CudaViewLengths& view = views[v];
+    const int f = int(view.format);
+    if (f < 0 || f >= kNumKvFormats || seen[f]) {
+      return Status::InvalidArgument("view " + std::to_string(v) + ": format repeated or unknown");
+    }
+    seen[f] = true;
+    if (view.page_tokens <= 0 || view.page_tokens % kCudaKeyTileTokens != 0) {
+      return Status::Unsupported("view " + std::to_string(v) + ": page_tokens " + std::to_string(view.page_tokens) +
+                                 " is not a positive multiple of 16 (the CUDA key tile)");
+    }
+    if (view.page_indptr == nullptr || view.last_page_tokens == nullptr) {
+      return Status::InvalidArgument("view " + std::to_string(v) + ": null host page_indptr or last_page_tokens");
+    }
+    plan.formats_[v] = view.format;
+    plan.page_tokens_[v] = view.page_tokens;
+    if (view.page_indptr[0] != 0) return Status::InvalidArgument("view page_indptr[0] must be 0");
+    for (int s = 0; s < shape.num_seqs; ++s) {
+      const int pages = view.page_indptr[s + 1] - view.page_indptr[s];
+      if (pages < 0) return Status::InvalidArgument("view page_indptr decreases at seq " + std::to_string(s));
+      if (pages > 0 && (view.last_page_tokens[s] < 1 || view.last_page_tokens[s] > view.page_tokens)) {
+        return Status::InvalidArgument("view " + std::to_string(v) + ": last_page_tokens[" + std::to_string(s) +
+                                       "] = " + std::to_string(view.last_page_tokens[s]) + " outside [1, page_tokens]");
+      }
+    }
+    const int64_t total_pages = view.page_indptr[shape.num_seqs];
+    const int64_t min_pages = (kMinChunkTokens + view.page_tokens - 1) / view.page_tokens;
+    const int64_t chunk_pages =
+        std::max<int64_t>(min_pages, (total_pages * shape.kv_heads + target_ctas - 1) / target_ctas);
+    indptr[v].assign(size_t(shape.num_seqs) + 1, 0);
+    for (int s = 0; s < shape.num_seqs; ++s) {
+      const int begin = view.page_indptr[s];
+      const int end = view.page_indptr[s + 1];
+      const int pages = end - begin;
+      if (pages > 0) {
+        const int chunks = int((pages + chunk_pages - 1) / chunk_pages);
+        for (int c = 0; c < chunks; ++c) {  // near-equal chunks
+          const int cb = begin + int(int64_t(pages) * c / chunks);
+          const int ce = begin + int(int64_t(pages) * (c + 1) / chunks);
+          items[v].push_back({s, cb, ce, ce == end ? view.last_page_tokens[s] : view.page_tokens});
+        }
+      }
+      indptr[v][s + 1] = int32_t(items[v].size());
+    }
+    plan.item_count_[v] = int(items[v].size());
+    plan.item_offset_[v] = plan.total_items_;
+    plan.total_items_ += plan.item_count_[v];
+  }
+  // Workspace: [meta: items, indptrs][rotated q][partial outs][partial lse].
+  size_t offset = 0;
+  for (int v = 0; v < num_views; ++v) {
+    plan.items_offset_bytes_[v] = offset;
+    offset = AlignUp(offset + items[v].size() * sizeof(CudaWorkItem));
+    plan.indptr_offset_bytes_[v] = offset;
+    offset = AlignUp(offset + indptr[v].size() * sizeof(int32_t));
+  }
+  plan.meta_bytes_ = offset;
+  plan.host_meta_.assign(offset, 0);
+  for (int v = 0; v < num_views; ++v) {
+    if (!items[v].empty()) {
+      std::memcpy(plan.host_meta_.data() + plan.items_offset_bytes_[v], items[v].data(),
+                  items[v].size() * sizeof(CudaWorkItem));
+    }
+    std::memcpy(plan.host_meta_.data() + plan.indptr_offset_bytes_[v], indptr[v].data(),
+                indptr[v].size() * sizeof(int32_t));
+  }
+  const size_t q_floats = size_t(shape.num_seqs) * shape.num_q_heads * shape.head_dim;
+  plan.q_rot_offset_bytes_ = offset;
+  offset = AlignUp(offset + (seen[int(KvFormat::kTq3)] ? q_floats * sizeof(float) : 0));
+  plan.part_out_offset_bytes_ = offset;
+  offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * shape.head_dim * sizeof(float));
+  plan.part_lse_offset_bytes_ = offset;
+  offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * sizeof(float));
+  plan.workspace_bytes_ = offset;
+  *out = std::move(plan);
+  return Status::Ok();
+}
+
+Status CudaDecodePlan::Upload(void* d_workspace, cudaStream_t stream) const {
+  if (meta_bytes_ == 0) return Status::Ok();
+  if (d_workspace == nullptr) return Status::InvalidArgument("d_workspace is null");
+  return CudaError(cudaMemcpyAsync(d_workspace, host_meta_.data(), meta_bytes_, cudaMemcpyHostToDevice, stream),
+                   "plan upload");
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Run
+
+Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
+                     void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
+  const CudaDecodeShape& shape = plan.shape_;
+  if (num_views != plan.num_views_) {
+    return Status::InvalidArgument("num_views " + std::to_string(num_views) + " differs from the plan's " +
+                                   std::to_string(plan.num_views_));
+  }
+  if (shape.num_seqs == 0) return Status::Ok();
+  if (d_q == nullptr || d_workspace == nullptr || out.out == nullptr || out.lse_log2 == nullptr) {
+    return Status::InvalidArgument("CudaDecodeRun: null query, workspace or output pointer");
+  }
+  const int group = shape.num_q_heads / shape.kv_heads;
+  uint8_t* ws = static_cast<uint8_t*>(d_workspace);
+  float* part_out = reinterpret_cast<float*>(ws + plan.part_out_offset_bytes_);
+  float* part_lse = reinterpret_cast<float*>(ws + plan.part_lse_offset_bytes_);
+  float* q_rot = reinterpret_cast<float*>(ws + plan.q_rot_offset_bytes_);
+  const CudaSignBits signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
+  const float inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
+  const int rows = shape.num_seqs * shape.num_q_heads;
+  const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
+
+  MergeParams merge{};
+  merge.part_out = part_out;
+  merge.part_lse = part_lse;
+  merge.tq3_view = -1;
+  merge.num_views = num_views;
+  merge.num_seqs = shape.num_seqs;
+  merge.num_q_heads = shape.num_q_heads;
+  merge.out = out.out;
+  merge.lse_log2 = out.lse_log2;
+  merge.signs = signs;
+  merge.inv_sqrt_dim = inv_sqrt_dim;
+
+  for (int v = 0; v < num_views; ++v) {
+    const PagedKvView& view = views[v];
+    const PageLayout& layout = view.layout;
+    if (layout.format != plan.formats_[v] || layout.page_tokens != plan.page_tokens_[v] ||
+        layout.kv_heads != shape.kv_heads || layout.head_dim != shape.head_dim || view.num_seqs != shape.num_seqs) {
+      return Status::InvalidArgument("view " + std::to_string(v) +
+                                     " does not match the plan (format, page_tokens, kv_heads, head_dim, num_seqs)");
+    }
+    merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);
+    merge.item_offset[v] = plan.item_offset_[v];
+    const bool is_tq3 = layout.format == KvFormat::kTq3;
+    if (is_tq3) {
+      merge.tq3_view = v;
+      if (shape.head_dim == 256) {
+        RotateQueryKernel<256><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(d_q, q_rot, rows, signs,
+                                                                                    inv_sqrt_dim);
+      } else {
+        RotateQueryKernel<128><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(d_q, q_rot, rows, signs,
+                                                                                    inv_sqrt_dim);
+      }
+      MINIMAKV_RETURN_IF_ERROR(CudaError(cudaGetLastError(), "query rotation launch"));
+    }
+    if (plan.item_count_[v] == 0) continue;
+    if (view.pages == nullptr || view.page_ids == nullptr) {
+      return Status::InvalidArgument("view " + std::to_string(v) + ": null pages or page_ids");
+    }
+    DecodeParams params{};
+    params.pages = view.pages;
+    params.page_ids = view.page_ids;
+    params.items = reinterpret_cast<const CudaWorkItem*>(ws + plan.items_offset_bytes_[v]);
+    params.q = is_tq3 ? q_rot : d_q;
+    params.part_out = part_out;
+    params.part_lse = part_lse;
+    params.layout = layout;
+    params.item_offset = plan.item_offset_[v];
+    params.num_q_heads = shape.num_q_heads;
+    params.group = group;
+    params.q_scale = shape.sm_scale * kLog2e;
+    if (shape.head_dim == 256) {
+      MINIMAKV_RETURN_IF_ERROR(
+          LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream));
+    } else {
+      MINIMAKV_RETURN_IF_ERROR(
+          LaunchPartialFor<128>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream));
+    }
+  }
+  if (shape.head_dim == 256) {
+    MergeKernel<256><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(merge);
+  } else {
+    MergeKernel<128><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(merge);
+  }
+  return CudaError(cudaGetLastError(), "merge kernel launch");
+}
+
+}  // namespace minimakv
