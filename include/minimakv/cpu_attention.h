@@ -1,0 +1,57 @@
+// CPU attention over paged KV: one direct kernel per storage format, each writing partial softmax states
+// (partial_state.h, base-2 LSE), and a merge that combines the formats' states into attention over all tokens.
+//
+// Every kernel reads the pages in place: BF16 and FP8 codes are widened a register at a time, TQ3 is scored in
+// the rotated domain (query rotated once per head, score = scale_k * sum_i q'_i c[idx_i], values accumulated
+// rotated, one inverse rotation per (query token, head) at the end). Nothing is dequantized to a cache-sized
+// buffer. Each key and value is unpacked once per KV head and shared by the query heads of its GQA group.
+//
+// Work is split over (sequence, KV head, block of query rows) and, when that gives too few items for the
+// threads, over page ranges of a sequence whose partial states are merged afterwards.
+#pragma once
+
+#include <span>
+
+#include "minimakv/attention_batch.h"
+#include "minimakv/hadamard_rotation.h"
+#include "minimakv/paged_kv_view.h"
+#include "minimakv/status.h"
+
+namespace minimakv {
+
+struct CpuAttentionOptions {
+  int num_threads = 1;        // worker threads for this call (the calling thread is one of them)
+  bool force_scalar = false;  // run the portable scalar kernels even where SIMD ones exist
+};
+
+// Name of the kernel family ComputePartialStatesCpu runs on this machine ("avx512" or "scalar"), decided once
+// in kernels/cpu/cpu_dispatch.cpp.
+const char* CpuKernelIsa(const CpuAttentionOptions& options);
+
+// Partial states of every query token of every sequence over the tokens of ONE format's view.
+//   view      pages of one format; view.num_seqs must equal queries.num_seqs
+//   queries   q [total_q][num_q_heads][head_dim], original domain; num_q_heads a multiple of view.layout.kv_heads
+//   rotation  required for TQ3 (head_dim must match), ignored otherwise
+//   out       out [total_q][num_q_heads][head_dim], lse_log2 [total_q][num_q_heads]
+// A sequence with no tokens in the view gets the empty state (lse_log2 = -inf, out = 0).
+// REQUIRES: view page ids lie inside the pool view.pages points to.
+Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& queries,
+                               const HadamardRotation* rotation, const PartialStatesOut& out,
+                               const CpuAttentionOptions& options);
+
+// Merges `count` partial-state sets elementwise into the first: for every (query token, head) row r,
+// out[0] row r <- out[0] (+) out[1] (+) ... (MergePartialState, left to right).
+//   outs[i]     [rows][head_dim]      lse_log2s[i]  [rows]
+Status MergePartialStatesCpu(std::span<float* const> outs, std::span<float* const> lse_log2s, int64_t rows,
+                             int head_dim);
+
+// Attention over the union of several views (typically one per format) of the same sequences: runs each
+// view's kernel and merges the states.
+//   out       [total_q][num_q_heads][head_dim]   attention output over all tokens of all views
+//   lse_log2  [total_q][num_q_heads] or null
+// Views may be empty (no pages); all must share num_seqs, kv_heads and head_dim.
+Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries& queries,
+                      const HadamardRotation* rotation, float* out, float* lse_log2,
+                      const CpuAttentionOptions& options);
+
+}  // namespace minimakv

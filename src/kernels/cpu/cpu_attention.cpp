@@ -1,0 +1,296 @@
+// Driver for the CPU attention kernels: validates arguments, cuts the batch into tasks (kernels/cpu/
+// cpu_kernels.h), runs them on a few threads, and merges the partial states of sequences that were split over
+// page ranges.
+#include "minimakv/cpu_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "minimakv/partial_state.h"
+
+namespace minimakv {
+namespace {
+
+// Below this many tasks per thread, sequences are split over page ranges so every thread gets work.
+constexpr int kMinTasksPerThread = 4;
+// A page-range split never makes ranges shorter than this many pages: shorter ones would cost more in merges
+// and per-task setup (query rotation, final normalization) than they win in balance.
+constexpr int kMinPagesPerSplit = 8;
+
+std::string Where(const char* what, int64_t index, int64_t value) {
+  return std::string(what) + "[" + std::to_string(index) + "] = " + std::to_string(value);
+}
+
+Status ValidateQueries(const AttentionQueries& queries) {
+  if (queries.num_seqs < 0) return Status::InvalidArgument("queries.num_seqs " + std::to_string(queries.num_seqs) + " is negative");
+  if (queries.num_seqs > 0 && queries.q_indptr == nullptr) return Status::InvalidArgument("queries.q_indptr is null");
+  if (queries.num_q_heads <= 0) {
+    return Status::InvalidArgument("queries.num_q_heads " + std::to_string(queries.num_q_heads) + " must be positive");
+  }
+  if (!std::isfinite(queries.sm_scale)) return Status::InvalidArgument("queries.sm_scale is not finite");
+  if (queries.num_seqs > 0) {
+    if (queries.q_indptr[0] != 0) return Status::InvalidArgument(Where("queries.q_indptr", 0, queries.q_indptr[0]) + ", must be 0");
+    for (int s = 0; s < queries.num_seqs; ++s) {
+      if (queries.q_indptr[s + 1] < queries.q_indptr[s]) {
+        return Status::InvalidArgument(Where("queries.q_indptr", s + 1, queries.q_indptr[s + 1]) + " decreases");
+      }
+    }
+    if (queries.q_indptr[queries.num_seqs] > 0 && queries.q == nullptr) return Status::InvalidArgument("queries.q is null");
+  }
+  return Status::Ok();
+}
+
+Status ValidateView(const PagedKvView& view, const AttentionQueries& queries, const HadamardRotation* rotation) {
+  MINIMAKV_RETURN_IF_ERROR(CheckPageLayout(view.layout));
+  if (view.num_seqs != queries.num_seqs) {
+    return Status::InvalidArgument("view.num_seqs " + std::to_string(view.num_seqs) + " differs from queries.num_seqs " +
+                                   std::to_string(queries.num_seqs));
+  }
+  if (queries.num_q_heads % view.layout.kv_heads != 0) {
+    return Status::InvalidArgument("num_q_heads " + std::to_string(queries.num_q_heads) +
+                                   " is not a multiple of kv_heads " + std::to_string(view.layout.kv_heads));
+  }
+  if (view.num_seqs > 0 && view.page_indptr == nullptr) return Status::InvalidArgument("view.page_indptr is null");
+  if (view.layout.format == KvFormat::kTq3) {
+    if (rotation == nullptr) return Status::InvalidArgument("a TQ3 view needs the Hadamard rotation, got null");
+    if (rotation->head_dim() != view.layout.head_dim) {
+      return Status::InvalidArgument("rotation head_dim " + std::to_string(rotation->head_dim()) +
+                                     " differs from the TQ3 view's head_dim " + std::to_string(view.layout.head_dim));
+    }
+  }
+  if (view.num_seqs == 0) return Status::Ok();
+  if (view.page_indptr[0] != 0) return Status::InvalidArgument(Where("view.page_indptr", 0, view.page_indptr[0]) + ", must be 0");
+  for (int s = 0; s < view.num_seqs; ++s) {
+    if (view.page_indptr[s + 1] < view.page_indptr[s]) {
+      return Status::InvalidArgument(Where("view.page_indptr", s + 1, view.page_indptr[s + 1]) + " decreases");
+    }
+  }
+  const int32_t total_pages = view.page_indptr[view.num_seqs];
+  if (total_pages == 0) return Status::Ok();
+  if (view.pages == nullptr) return Status::InvalidArgument("view.pages is null but the view lists pages");
+  if (view.page_ids == nullptr) return Status::InvalidArgument("view.page_ids is null but the view lists pages");
+  if (view.last_page_tokens == nullptr) return Status::InvalidArgument("view.last_page_tokens is null");
+  for (int32_t i = 0; i < total_pages; ++i) {
+    if (view.page_ids[i] < 0) return Status::InvalidArgument(Where("view.page_ids", i, view.page_ids[i]) + " is negative");
+  }
+  for (int s = 0; s < view.num_seqs; ++s) {
+    if (view.page_indptr[s + 1] == view.page_indptr[s]) continue;
+    const int32_t last = view.last_page_tokens[s];
+    if (last < 1 || last > view.layout.page_tokens) {
+      return Status::InvalidArgument(Where("view.last_page_tokens", s, last) + ", must be in 1.." +
+                                     std::to_string(view.layout.page_tokens));
+    }
+  }
+  return Status::Ok();
+}
+
+// Runs fn(i) for i in [0, count) on up to num_threads threads (the caller's thread included).
+template <typename Fn>
+void ParallelFor(size_t count, int num_threads, const Fn& fn) {
+  const int workers = int(std::min<size_t>(size_t(std::max(num_threads, 1)), count));
+  if (workers <= 1) {
+    for (size_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  auto loop = [&] {
+    for (size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) fn(i);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(size_t(workers - 1));
+  for (int w = 1; w < workers; ++w) threads.emplace_back(loop);
+  loop();
+  for (std::thread& t : threads) t.join();
+}
+
+// A task whose rows are merged from several page ranges: the first range writes the output, the others
+// scratch slots that are merged in afterwards.
+struct SplitMerge {
+  cpu::KernelTask primary;
+  std::vector<size_t> scratch_slots;  // each slot holds kMaxTaskRows rows of (head_dim outputs + 1 lse)
+};
+
+}  // namespace
+
+const char* CpuKernelIsa(const CpuAttentionOptions& options) { return cpu::SelectedIsaName(options.force_scalar); }
+
+Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& queries,
+                               const HadamardRotation* rotation, const PartialStatesOut& out,
+                               const CpuAttentionOptions& options) {
+  MINIMAKV_RETURN_IF_ERROR(ValidateQueries(queries));
+  MINIMAKV_RETURN_IF_ERROR(ValidateView(view, queries, rotation));
+  if (options.num_threads < 1) {
+    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  }
+  if (queries.num_seqs == 0 || queries.q_indptr[queries.num_seqs] == 0) return Status::Ok();
+  if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
+
+  const cpu::KernelFn kernel = cpu::SelectKernel(options.force_scalar);
+  const PageLayout& layout = view.layout;
+  const int d = layout.head_dim;
+  const int heads = queries.num_q_heads;
+  const int group = heads / layout.kv_heads;
+  // Rows of one task: whole GQA groups of consecutive query tokens while they fit, else 8 heads of one group.
+  const int rows_per_task = group <= cpu::kMaxTaskRows ? cpu::kMaxTaskRows / group * group : cpu::kMaxTaskRows;
+  const float score_scale_log2 = queries.sm_scale * kLog2e;
+
+  // Count tasks and pages to decide whether sequences must be split over page ranges.
+  int64_t unsplit_tasks = 0;
+  int64_t task_pages = 0;
+  for (int s = 0; s < queries.num_seqs; ++s) {
+    const int64_t rows = int64_t(queries.q_indptr[s + 1] - queries.q_indptr[s]) * group;
+    const int64_t blocks = (rows + rows_per_task - 1) / rows_per_task;
+    unsplit_tasks += blocks * layout.kv_heads;
+    task_pages += blocks * layout.kv_heads * (view.page_indptr[s + 1] - view.page_indptr[s]);
+  }
+  int64_t pages_per_split = INT64_MAX;
+  if (options.num_threads > 1 && unsplit_tasks < int64_t(options.num_threads) * kMinTasksPerThread) {
+    const int64_t target_tasks = int64_t(options.num_threads) * kMinTasksPerThread;
+    pages_per_split = std::max<int64_t>(kMinPagesPerSplit, (task_pages + target_tasks - 1) / target_tasks);
+  }
+
+  std::vector<cpu::KernelTask> tasks;
+  std::vector<size_t> task_slot;  // per task: its scratch slot, or kNoSlot when it writes the output
+  constexpr size_t kNoSlot = SIZE_MAX;
+  std::vector<SplitMerge> merges;
+  size_t scratch_slots = 0;
+  for (int s = 0; s < queries.num_seqs; ++s) {
+    const int q_begin = queries.q_indptr[s];
+    const int64_t rows = int64_t(queries.q_indptr[s + 1] - q_begin) * group;
+    const int32_t page_begin = view.page_indptr[s];
+    const int32_t num_pages = view.page_indptr[s + 1] - page_begin;
+    for (int h = 0; h < layout.kv_heads; ++h) {
+      for (int64_t row0 = 0; row0 < rows; row0 += rows_per_task) {
+        cpu::KernelTask task;
+        task.view = &view;
+        task.kv_head = h;
+        task.num_rows = int(std::min<int64_t>(rows_per_task, rows - row0));
+        task.score_scale_log2 = score_scale_log2;
+        task.rotation = rotation;
+        for (int r = 0; r < task.num_rows; ++r) {
+          const int64_t row = row0 + r;
+          const int64_t token = q_begin + row / group;
+          const int64_t head = int64_t(h) * group + row % group;
+          task.q_rows[r] = queries.q + (token * heads + head) * d;
+          task.out_rows[r] = out.out + (token * heads + head) * d;
+          task.lse_rows[r] = out.lse_log2 + token * heads + head;
+        }
+        const int64_t splits = num_pages <= pages_per_split ? 1 : (num_pages + pages_per_split - 1) / pages_per_split;
+        SplitMerge merge;
+        for (int64_t split = 0; split < splits; ++split) {
+          cpu::KernelTask part = task;
+          const int64_t first = split * num_pages / splits;
+          const int64_t last = (split + 1) * num_pages / splits;
+          part.page_ids = view.page_ids + page_begin + first;
+          part.num_pages = int(last - first);
+          part.last_page_tokens = last == num_pages ? view.last_page_tokens[s] : layout.page_tokens;
+          if (split == 0) {
+            merge.primary = part;
+          } else {
+            merge.scratch_slots.push_back(scratch_slots);
+          }
+          tasks.push_back(part);
+          // Non-first ranges write scratch slots, patched in once the scratch buffer exists (below).
+          task_slot.push_back(split == 0 ? kNoSlot : scratch_slots++);
+        }
+        if (splits > 1) merges.push_back(std::move(merge));
+      }
+    }
+  }
+
+  // Point the non-first page ranges of split tasks at their scratch slots.
+  const size_t slot_floats = size_t(cpu::kMaxTaskRows) * (size_t(d) + 1);
+  std::vector<float> scratch(scratch_slots * slot_floats);
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    if (task_slot[t] == kNoSlot) continue;
+    float* slot = scratch.data() + task_slot[t] * slot_floats;
+    for (int r = 0; r < tasks[t].num_rows; ++r) {
+      tasks[t].out_rows[r] = slot + size_t(r) * d;
+      tasks[t].lse_rows[r] = slot + size_t(cpu::kMaxTaskRows) * d + r;
+    }
+  }
+
+  ParallelFor(tasks.size(), options.num_threads, [&](size_t i) { kernel(tasks[i]); });
+
+  ParallelFor(merges.size(), options.num_threads, [&](size_t i) {
+    const SplitMerge& merge = merges[i];
+    for (size_t slot_index : merge.scratch_slots) {
+      const float* slot = scratch.data() + slot_index * slot_floats;
+      for (int r = 0; r < merge.primary.num_rows; ++r) {
+        MergePartialState(merge.primary.out_rows[r], merge.primary.lse_rows[r], slot + size_t(r) * d,
+                          slot[size_t(cpu::kMaxTaskRows) * d + r], d);
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+Status MergePartialStatesCpu(std::span<float* const> outs, std::span<float* const> lse_log2s, int64_t rows,
+                             int head_dim) {
+  if (outs.size() != lse_log2s.size()) {
+    return Status::InvalidArgument("MergePartialStatesCpu got " + std::to_string(outs.size()) + " outputs but " +
+                                   std::to_string(lse_log2s.size()) + " lse arrays");
+  }
+  if (rows < 0 || head_dim <= 0) {
+    return Status::InvalidArgument("MergePartialStatesCpu: rows " + std::to_string(rows) + ", head_dim " +
+                                   std::to_string(head_dim));
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i] == nullptr || lse_log2s[i] == nullptr) {
+      return Status::InvalidArgument("MergePartialStatesCpu: state set " + std::to_string(i) + " is null");
+    }
+  }
+  for (size_t i = 1; i < outs.size(); ++i) {
+    for (int64_t r = 0; r < rows; ++r) {
+      MergePartialState(outs[0] + r * head_dim, lse_log2s[0] + r, outs[i] + r * head_dim, lse_log2s[i][r], head_dim);
+    }
+  }
+  return Status::Ok();
+}
+
+Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries& queries,
+                      const HadamardRotation* rotation, float* out, float* lse_log2,
+                      const CpuAttentionOptions& options) {
+  MINIMAKV_RETURN_IF_ERROR(ValidateQueries(queries));
+  if (views.empty()) return Status::InvalidArgument("AttendMixedCpu needs at least one view");
+  for (size_t i = 1; i < views.size(); ++i) {
+    if (views[i].layout.kv_heads != views[0].layout.kv_heads || views[i].layout.head_dim != views[0].layout.head_dim) {
+      return Status::InvalidArgument("view " + std::to_string(i) + " has kv_heads " +
+                                     std::to_string(views[i].layout.kv_heads) + " / head_dim " +
+                                     std::to_string(views[i].layout.head_dim) + ", view 0 has " +
+                                     std::to_string(views[0].layout.kv_heads) + " / " +
+                                     std::to_string(views[0].layout.head_dim));
+    }
+  }
+  const int64_t total_q = queries.num_seqs == 0 ? 0 : queries.q_indptr[queries.num_seqs];
+  if (total_q == 0) return Status::Ok();
+  if (out == nullptr) return Status::InvalidArgument("AttendMixedCpu: out is null");
+  const int d = views[0].layout.head_dim;
+  const int64_t rows = total_q * queries.num_q_heads;
+  std::vector<float> own_lse;
+  float* lse = lse_log2;
+  if (lse == nullptr) {
+    own_lse.resize(size_t(rows));
+    lse = own_lse.data();
+  }
+  MINIMAKV_RETURN_IF_ERROR(ComputePartialStatesCpu(views[0], queries, rotation, PartialStatesOut{out, lse}, options));
+  if (views.size() == 1) return Status::Ok();
+  std::vector<float> part_out(size_t(rows) * d);
+  std::vector<float> part_lse(static_cast<size_t>(rows));
+  for (size_t i = 1; i < views.size(); ++i) {
+    MINIMAKV_RETURN_IF_ERROR(ComputePartialStatesCpu(views[i], queries, rotation,
+                                                     PartialStatesOut{part_out.data(), part_lse.data()}, options));
+    float* const outs[] = {out, part_out.data()};
+    float* const lses[] = {lse, part_lse.data()};
+    MINIMAKV_RETURN_IF_ERROR(MergePartialStatesCpu(outs, lses, rows, d));
+  }
+  return Status::Ok();
+}
+
+}  // namespace minimakv

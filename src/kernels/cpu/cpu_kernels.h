@@ -1,0 +1,47 @@
+// Private interface between the CPU attention driver (cpu_attention.cpp) and the per-ISA kernels.
+// One task = one KV head of one sequence, a range of its pages in one view, and up to kMaxTaskRows query rows
+// (query token x query head of the GQA group) that share every unpacked key and value.
+#pragma once
+
+#include <cstdint>
+
+#include "minimakv/hadamard_rotation.h"
+#include "minimakv/kv_format.h"
+#include "minimakv/paged_kv_view.h"
+
+namespace minimakv::cpu {
+
+// Rows per task: a GQA group of up to 8 query heads for one token (decode), or several tokens' groups.
+inline constexpr int kMaxTaskRows = 8;
+
+struct KernelTask {
+  const PagedKvView* view = nullptr;
+  int kv_head = 0;
+  const int32_t* page_ids = nullptr;  // [num_pages] physical ids to read
+  int num_pages = 0;
+  int last_page_tokens = 0;           // valid tokens of page_ids[num_pages - 1]
+  int num_rows = 0;                   // 1..kMaxTaskRows
+  const float* q_rows[kMaxTaskRows] = {};  // [head_dim] each, original domain
+  float* out_rows[kMaxTaskRows] = {};      // [head_dim] each: normalized output, original domain
+  float* lse_rows[kMaxTaskRows] = {};      // one float each: base-2 LSE
+  float score_scale_log2 = 0.0f;           // sm_scale * log2(e): turns q.k into a base-2 score
+  const HadamardRotation* rotation = nullptr;  // TQ3 only
+};
+
+// Writes the partial state of every row of the task (the empty state when num_pages == 0).
+using KernelFn = void (*)(const KernelTask& task);
+
+// Portable kernels (kernels/cpu/cpu_kernels_scalar.cpp): the reference the SIMD ones are tested against.
+void AttendScalar(const KernelTask& task);
+
+// AVX-512 kernels (kernels/cpu/cpu_kernels_avx512.cpp), only called when the CPU has the features.
+void AttendAvx512(const KernelTask& task);
+
+// The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp).
+KernelFn SelectKernel(bool force_scalar);
+const char* SelectedIsaName(bool force_scalar);
+
+// Writes the empty state (lse -inf, zero output) to every row.
+void WriteEmptyState(const KernelTask& task, int head_dim);
+
+}  // namespace minimakv::cpu

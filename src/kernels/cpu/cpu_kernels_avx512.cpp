@@ -1,0 +1,424 @@
+// AVX-512 attention kernels. Compiled with per-function target attributes (no global -m flags); only called
+// when kernels/cpu/cpu_dispatch.cpp has checked the CPU features.
+//
+// Structure of one task (one KV head, <= 8 query rows sharing each key and value):
+//   1. queries scaled by sm_scale*log2(e) (and rotated for TQ3), stored in the codec's lane order;
+//   2. per block of up to kBlockKeys keys of a page:
+//      scores  tiles of KT keys x ROWS rows (<= 16 accumulators); each key is unpacked once per 32 or 64
+//              coordinates and multiplied into every row; 16 dot products are reduced together by a transpose
+//              tree (Reduce16), then scaled by the key's scale;
+//      softmax one max / exp2 pass over the block (online softmax in base 2, ref: FlashAttention-2, Sec. 3.1);
+//      values  accumulators for ROWS rows x C chunks of 16 coordinates stay in registers while every value of
+//              the block is unpacked once per chunk set and multiplied by each row's weight.
+//   3. out = acc / sum, lane order undone, TQ3 rotated back once per row.
+// Lane orders: BF16 splits 32 packed bf16 into even and odd coordinates (one shift, one AND for 32 values);
+// FP8 widens 64 E4M3 codes through two 128-entry byte tables into exact fp32 bits, leaving an interleaved
+// order; TQ3 is in coordinate order (bit planes map lane j to coordinate j). The query is permuted the same
+// way, so dot products are unchanged and the value accumulators are un-permuted once at the end.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "minimakv/scalar_formats.h"
+#include "minimakv/tq3_codec.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12's intrinsic headers build some results from _mm512_undefined_ps(), which -Wuninitialized flags at
+// every inlined use (a header false positive, not our code).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#define MINIMAKV_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c")))
+
+namespace minimakv::cpu {
+namespace {
+
+constexpr int kLanes = 16;        // fp32 lanes of a zmm register
+constexpr int kBlockKeys = 64;    // keys scored before one softmax pass: scores of 8 rows stay in L1
+constexpr int kMaxHeadDim = 256;
+constexpr int kFp8TableEntries = 128;  // E4M3 magnitudes: the sign bit is handled apart
+
+// Taylor coefficients of 2^f = exp(f ln 2): ln(2)^k / k!. Degree 7 on |f| <= 0.5 gives relative error
+// (0.5 ln 2)^8 / 8! ~ 5e-9, below fp32 rounding.
+constexpr float kExp2Taylor[8] = {1.0f,
+                                  0.6931471805599453f,
+                                  0.2402265069591007f,
+                                  0.05550410866482158f,
+                                  0.009618129107628477f,
+                                  0.0013333558146428443f,
+                                  0.00015403530393381608f,
+                                  1.525273380405984e-05f};
+// Inputs are clamped here: 2^-160 is 0 in fp32 after scalef, and the clamp keeps roundscale finite.
+constexpr float kExp2MinInput = -160.0f;
+
+MINIMAKV_AVX512_TARGET inline __m512 Exp2(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(kExp2MinInput));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 poly = _mm512_set1_ps(kExp2Taylor[7]);
+  for (int k = 6; k >= 0; --k) poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(kExp2Taylor[k]));
+  return _mm512_scalef_ps(poly, n);
+}
+
+// Lane i of the result = sum of the 16 lanes of v[i]: a transpose-and-add tree, 45 instructions for 16 sums
+// instead of 16 separate horizontal reductions.
+MINIMAKV_AVX512_TARGET inline __m512 Reduce16(const __m512 (&v)[16]) {
+  __m512 t[8];
+  for (int k = 0; k < 8; ++k) {
+    // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3].
+    t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  }
+  __m512 u[4];
+  for (int k = 0; k < 4; ++k) {
+    // Per 128-bit lane: the lane's partial sums of v[4k .. 4k+3].
+    const __m512d x = _mm512_castps_pd(t[2 * k]);
+    const __m512d y = _mm512_castps_pd(t[2 * k + 1]);
+    u[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  constexpr int kEvenLanes = _MM_SHUFFLE(2, 0, 2, 0);
+  constexpr int kOddLanes = _MM_SHUFFLE(3, 1, 3, 1);
+  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], kEvenLanes), _mm512_shuffle_f32x4(u[0], u[1], kOddLanes));
+  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], kEvenLanes), _mm512_shuffle_f32x4(u[2], u[3], kOddLanes));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, kEvenLanes), _mm512_shuffle_f32x4(w0, w1, kOddLanes));
+}
+
+// ---- codecs: unpack one "step" of coordinates of a vector into kChunks registers, in the codec's lane order.
+// Lane(c) gives the coordinate that lane order position c (0 <= c < head_dim) holds.
+
+struct Bf16Lanes {
+  static constexpr KvFormat kFormat = KvFormat::kBf16;
+  static constexpr int kStepCoords = 32;
+  static constexpr int kChunks = 2;
+  static int Coordinate(int c) { return c / 32 * 32 + (c % 32) % 16 * 2 + (c % 32) / 16; }
+  struct State {};
+  MINIMAKV_AVX512_TARGET static void Unpack(const State&, const uint8_t* codes, int step, __m512 (&out)[kChunks]) {
+    const __m512i x = _mm512_loadu_si512(codes + 64 * step);
+    out[0] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));                              // even coordinates
+    out[1] = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xFFFF0000u))));  // odd ones
+  }
+};
+
+struct Fp8Lanes {
+  static constexpr KvFormat kFormat = KvFormat::kFp8;
+  static constexpr int kStepCoords = 64;
+  static constexpr int kChunks = 4;
+  // Chunk g, lane 4L + k holds coordinate 16L + 4g + k (byte unpacks work inside 128-bit lanes).
+  static int Coordinate(int c) {
+    const int base = c / 64 * 64;
+    const int g = (c % 64) / 16;
+    const int lane = c % 16;
+    return base + 16 * (lane / 4) + 4 * g + lane % 4;
+  }
+  struct State {
+    // fp32 bit pattern of each E4M3 magnitude (exact: E4M3 values, subnormals included, are normal fp32):
+    // byte 3 and byte 2 of the pattern (bytes 1, 0 are zero). Two registers hold each 128-entry table.
+    __m512i top_lo, top_hi, mid_lo, mid_hi;
+  };
+  static void BuildTables(uint8_t (&top)[kFp8TableEntries], uint8_t (&mid)[kFp8TableEntries]) {
+    for (int code = 0; code < kFp8TableEntries; ++code) {
+      const uint32_t bits = FloatBits(E4m3ToFloat(uint8_t(code)));
+      top[code] = uint8_t(bits >> 24);
+      mid[code] = uint8_t(bits >> 16);
+    }
+  }
+  MINIMAKV_AVX512_TARGET static State MakeState() {
+    uint8_t top[kFp8TableEntries];
+    uint8_t mid[kFp8TableEntries];
+    BuildTables(top, mid);
+    State s;
+    s.top_lo = _mm512_loadu_si512(top);
+    s.top_hi = _mm512_loadu_si512(top + 64);
+    s.mid_lo = _mm512_loadu_si512(mid);
+    s.mid_hi = _mm512_loadu_si512(mid + 64);
+    return s;
+  }
+  MINIMAKV_AVX512_TARGET static void Unpack(const State& s, const uint8_t* codes, int step, __m512 (&out)[kChunks]) {
+    const __m512i c = _mm512_loadu_si512(codes + 64 * step);
+    // 7-bit table lookups (bit 7 of the index is ignored), then the sign bit copied into byte 3.
+    const __m512i sign_mask = _mm512_set1_epi8(char(0x80));
+    __m512i top = _mm512_permutex2var_epi8(s.top_lo, c, s.top_hi);
+    top = _mm512_ternarylogic_epi32(top, c, sign_mask, 0xF8);  // top | (c & 0x80)
+    const __m512i mid = _mm512_permutex2var_epi8(s.mid_lo, c, s.mid_hi);
+    const __m512i words_lo = _mm512_unpacklo_epi8(mid, top);  // 16-bit upper halves of codes 16L + 0..7
+    const __m512i words_hi = _mm512_unpackhi_epi8(mid, top);  // codes 16L + 8..15
+    const __m512i zero = _mm512_setzero_si512();
+    out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, words_lo));
+    out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, words_lo));
+    out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, words_hi));
+    out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, words_hi));
+  }
+};
+
+struct Tq3Lanes {
+  static constexpr KvFormat kFormat = KvFormat::kTq3;
+  static constexpr int kStepCoords = 32;
+  static constexpr int kChunks = 2;
+  static int Coordinate(int c) { return c; }
+  struct State {
+    __m512 magnitude[4];
+  };
+  MINIMAKV_AVX512_TARGET static State MakeState() {
+    State s;
+    for (int m = 0; m < 4; ++m) s.magnitude[m] = _mm512_set1_ps(Tq3Magnitude(m));
+    return s;
+  }
+  MINIMAKV_AVX512_TARGET static void Unpack(const State& s, const uint8_t* codes, int step, __m512 (&out)[kChunks]) {
+    // Group `step` is three little-endian uint32 bit planes (tq3_codec.h); each 16-bit half is a lane mask.
+    const uint8_t* group = codes + 12 * step;
+    for (int half = 0; half < 2; ++half) {
+      uint16_t bit0, bit1, sign;
+      std::memcpy(&bit0, group + 2 * half, sizeof bit0);
+      std::memcpy(&bit1, group + 4 + 2 * half, sizeof bit1);
+      std::memcpy(&sign, group + 8 + 2 * half, sizeof sign);
+      const __m512 low = _mm512_mask_blend_ps(__mmask16(bit0), s.magnitude[0], s.magnitude[1]);
+      const __m512 high = _mm512_mask_blend_ps(__mmask16(bit0), s.magnitude[2], s.magnitude[3]);
+      const __m512 magnitude = _mm512_mask_blend_ps(__mmask16(bit1), low, high);
+      out[half] = _mm512_mask_sub_ps(magnitude, __mmask16(sign), _mm512_setzero_ps(), magnitude);
+    }
+  }
+};
+
+template <typename Codec>
+MINIMAKV_AVX512_TARGET typename Codec::State MakeCodecState() {
+  if constexpr (Codec::kFormat == KvFormat::kBf16) {
+    return {};
+  } else {
+    return Codec::MakeState();
+  }
+}
+
+// Multiplier applied to a vector's decoded lanes: BF16 none, FP8 the fp32 scale, TQ3 the fp16 scale.
+template <typename Codec>
+inline float VectorScale(const uint8_t* scale_bytes) {
+  if constexpr (Codec::kFormat == KvFormat::kFp8) {
+    float scale;
+    std::memcpy(&scale, scale_bytes, sizeof scale);
+    return scale;
+  } else if constexpr (Codec::kFormat == KvFormat::kTq3) {
+    uint16_t scale;
+    std::memcpy(&scale, scale_bytes, sizeof scale);
+    return Fp16ToFloat(scale);
+  } else {
+    return 1.0f;
+  }
+}
+
+struct alignas(64) Workspace {
+  float q[kMaxTaskRows][kMaxHeadDim];      // scaled queries, codec lane order
+  float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, codec lane order
+  float scores[kMaxTaskRows][kBlockKeys];  // base-2 scores, then weights times the value scale
+  float key_scale[kBlockKeys];
+  float value_scale[kBlockKeys];
+  float running_max[kMaxTaskRows];
+  float running_sum[kMaxTaskRows];
+};
+
+// Scores of keys [0, n) of a block for ROWS rows: ws.scores[r][j] = q_r . k_j (unscaled by the key scale).
+template <typename Codec, int ROWS>
+MINIMAKV_AVX512_TARGET void ScoreBlock(const typename Codec::State& state, const uint8_t* keys, size_t key_bytes,
+                                       int n, int head_dim, Workspace& ws) {
+  constexpr int kKeysPerTile = kLanes / ROWS;
+  const int steps = head_dim / Codec::kStepCoords;
+  alignas(64) float tile_sums[kLanes];
+  for (int j0 = 0; j0 < n; j0 += kKeysPerTile) {
+    const uint8_t* key_ptr[kKeysPerTile];
+    for (int kt = 0; kt < kKeysPerTile; ++kt) key_ptr[kt] = keys + size_t(std::min(j0 + kt, n - 1)) * key_bytes;
+    __m512 acc[kLanes];
+    for (int i = 0; i < kLanes; ++i) acc[i] = _mm512_setzero_ps();
+    for (int step = 0; step < steps; ++step) {
+      for (int kt = 0; kt < kKeysPerTile; ++kt) {
+        __m512 key[Codec::kChunks];
+        Codec::Unpack(state, key_ptr[kt], step, key);
+        for (int c = 0; c < Codec::kChunks; ++c) {
+          const int offset = step * Codec::kStepCoords + c * kLanes;
+          for (int r = 0; r < ROWS; ++r) {
+            acc[kt * ROWS + r] = _mm512_fmadd_ps(_mm512_load_ps(&ws.q[r][offset]), key[c], acc[kt * ROWS + r]);
+          }
+        }
+      }
+    }
+    _mm512_store_ps(tile_sums, Reduce16(acc));
+    const int keys_here = std::min(kKeysPerTile, n - j0);
+    for (int kt = 0; kt < keys_here; ++kt) {
+      for (int r = 0; r < ROWS; ++r) ws.scores[r][j0 + kt] = tile_sums[kt * ROWS + r];
+    }
+  }
+}
+
+// Online-softmax update for one block: scores -> weights (times the value scale), running max / sum updated,
+// accumulators rescaled when the max moved.
+template <int ROWS>
+MINIMAKV_AVX512_TARGET void SoftmaxBlock(int n, int head_dim, bool has_scales, Workspace& ws) {
+  for (int r = 0; r < ROWS; ++r) {
+    float* s = ws.scores[r];
+    __m512 block_max = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += kLanes) {
+      const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+      __m512 x = _mm512_maskz_load_ps(valid, s + j);
+      if (has_scales) x = _mm512_mul_ps(x, _mm512_maskz_load_ps(valid, ws.key_scale + j));
+      _mm512_mask_store_ps(s + j, valid, x);
+      block_max = _mm512_mask_max_ps(block_max, valid, block_max, x);
+    }
+    const float new_max = std::fmax(ws.running_max[r], _mm512_reduce_max_ps(block_max));
+    const float rescale = std::exp2(ws.running_max[r] - new_max);  // 0 on the first block (-inf - finite)
+    ws.running_max[r] = new_max;
+    const __m512 max_v = _mm512_set1_ps(new_max);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += kLanes) {
+      const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+      const __m512 p = _mm512_maskz_mov_ps(valid, Exp2(_mm512_sub_ps(_mm512_maskz_load_ps(valid, s + j), max_v)));
+      sum = _mm512_add_ps(sum, p);
+      const __m512 weighted = has_scales ? _mm512_mul_ps(p, _mm512_maskz_load_ps(valid, ws.value_scale + j)) : p;
+      _mm512_mask_store_ps(s + j, valid, weighted);
+    }
+    ws.running_sum[r] = ws.running_sum[r] * rescale + _mm512_reduce_add_ps(sum);
+    if (rescale != 1.0f) {
+      const __m512 rescale_v = _mm512_set1_ps(rescale);
+      for (int i = 0; i < head_dim; i += kLanes) {
+        _mm512_store_ps(&ws.acc[r][i], _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][i]), rescale_v));
+      }
+    }
+  }
+}
+
+// acc[row0 + r] += sum_j weight[row0 + r][j] * v_j for R rows, CHUNKS chunks of 16 coordinates per pass.
+template <typename Codec, int R, int CHUNKS>
+MINIMAKV_AVX512_TARGET void AccumulateValues(const typename Codec::State& state, const uint8_t* values,
+                                             size_t value_bytes, int n, int head_dim, int row0, Workspace& ws) {
+  static_assert(CHUNKS % Codec::kChunks == 0, "a pass covers whole unpack steps");
+  constexpr int kStepsPerPass = CHUNKS / Codec::kChunks;
+  for (int base = 0; base < head_dim; base += CHUNKS * kLanes) {
+    __m512 acc[R][CHUNKS];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < CHUNKS; ++c) acc[r][c] = _mm512_load_ps(&ws.acc[row0 + r][base + c * kLanes]);
+    }
+    const int first_step = base / Codec::kStepCoords;
+    for (int j = 0; j < n; ++j) {
+      const uint8_t* v = values + size_t(j) * value_bytes;
+      __m512 chunk[CHUNKS];
+      for (int s = 0; s < kStepsPerPass; ++s) {
+        __m512 part[Codec::kChunks];
+        Codec::Unpack(state, v, first_step + s, part);
+        for (int c = 0; c < Codec::kChunks; ++c) chunk[s * Codec::kChunks + c] = part[c];
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512 weight = _mm512_set1_ps(ws.scores[row0 + r][j]);
+        for (int c = 0; c < CHUNKS; ++c) acc[r][c] = _mm512_fmadd_ps(weight, chunk[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < CHUNKS; ++c) _mm512_store_ps(&ws.acc[row0 + r][base + c * kLanes], acc[r][c]);
+    }
+  }
+}
+
+// Value pass for all ROWS rows: at most 24 accumulator registers; FP8 (4 chunks per unpack) with more than 4
+// rows runs two row groups.
+template <typename Codec, int ROWS>
+MINIMAKV_AVX512_TARGET void ValueBlock(const typename Codec::State& state, const uint8_t* values,
+                                       size_t value_bytes, int n, int head_dim, Workspace& ws) {
+  if constexpr (ROWS <= 4) {
+    AccumulateValues<Codec, ROWS, 4>(state, values, value_bytes, n, head_dim, 0, ws);
+  } else if constexpr (Codec::kChunks == 2) {
+    AccumulateValues<Codec, ROWS, ROWS <= 6 ? 4 : 2>(state, values, value_bytes, n, head_dim, 0, ws);
+  } else {
+    AccumulateValues<Codec, 4, 4>(state, values, value_bytes, n, head_dim, 0, ws);
+    AccumulateValues<Codec, ROWS - 4, 4>(state, values, value_bytes, n, head_dim, 4, ws);
+  }
+}
+
+template <typename Codec, int ROWS>
+MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
+  const PageLayout& layout = task.view->layout;
+  const int d = layout.head_dim;
+  Workspace ws;
+  // 1. Queries: scaled, rotated for TQ3, in lane order.
+  float rotated[kMaxHeadDim];
+  for (int r = 0; r < ROWS; ++r) {
+    const float* q = task.q_rows[r];
+    if constexpr (Codec::kFormat == KvFormat::kTq3) {
+      task.rotation->Forward(q, rotated);
+      q = rotated;
+    }
+    for (int c = 0; c < d; ++c) ws.q[r][c] = q[Codec::Coordinate(c)] * task.score_scale_log2;
+    std::memset(ws.acc[r], 0, sizeof(float) * size_t(d));
+    ws.running_max[r] = -INFINITY;
+    ws.running_sum[r] = 0.0f;
+  }
+  const typename Codec::State state = MakeCodecState<Codec>();
+  constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
+  const size_t code_bytes = layout.code_bytes();
+  // 2. Blocks of keys, page by page.
+  for (int p = 0; p < task.num_pages; ++p) {
+    const uint8_t* page = task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes();
+    const int tokens = p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens;
+    for (int t0 = 0; t0 < tokens; t0 += kBlockKeys) {
+      const int n = std::min(kBlockKeys, tokens - t0);
+      if constexpr (kHasScales) {
+        const uint8_t* k_scales = page + layout.k_scale_offset(task.kv_head, t0);
+        const uint8_t* v_scales = page + layout.v_scale_offset(task.kv_head, t0);
+        for (int j = 0; j < n; ++j) {
+          ws.key_scale[j] = VectorScale<Codec>(k_scales + size_t(j) * layout.scale_bytes());
+          ws.value_scale[j] = VectorScale<Codec>(v_scales + size_t(j) * layout.scale_bytes());
+        }
+      }
+      ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, n, d, ws);
+      SoftmaxBlock<ROWS>(n, d, kHasScales, ws);
+      ValueBlock<Codec, ROWS>(state, page + layout.v_codes_offset(task.kv_head, t0), code_bytes, n, d, ws);
+    }
+  }
+  // 3. Normalize, restore coordinate order, rotate TQ3 back.
+  for (int r = 0; r < ROWS; ++r) {
+    const float inv_sum = 1.0f / ws.running_sum[r];
+    float* out = task.out_rows[r];
+    if constexpr (Codec::kFormat == KvFormat::kTq3) {
+      for (int c = 0; c < d; ++c) rotated[c] = ws.acc[r][c] * inv_sum;
+      task.rotation->Inverse(rotated, out);
+    } else {
+      for (int c = 0; c < d; ++c) out[Codec::Coordinate(c)] = ws.acc[r][c] * inv_sum;
+    }
+    *task.lse_rows[r] = ws.running_max[r] + std::log2(ws.running_sum[r]);
+  }
+}
+
+template <typename Codec>
+void AttendFormat(const KernelTask& task) {
+  switch (task.num_rows) {
+    case 1: return AttendTask<Codec, 1>(task);
+    case 2: return AttendTask<Codec, 2>(task);
+    case 3: return AttendTask<Codec, 3>(task);
+    case 4: return AttendTask<Codec, 4>(task);
+    case 5: return AttendTask<Codec, 5>(task);
+    case 6: return AttendTask<Codec, 6>(task);
+    case 7: return AttendTask<Codec, 7>(task);
+    default: return AttendTask<Codec, 8>(task);
+  }
+}
+
+}  // namespace
+
+void AttendAvx512(const KernelTask& task) {
+  if (task.num_pages == 0) {
+    WriteEmptyState(task, task.view->layout.head_dim);
+    return;
+  }
+  switch (task.view->layout.format) {
+    case KvFormat::kBf16: return AttendFormat<Bf16Lanes>(task);
+    case KvFormat::kFp8: return AttendFormat<Fp8Lanes>(task);
+    case KvFormat::kTq3: return AttendFormat<Tq3Lanes>(task);
+  }
+}
+
+}  // namespace minimakv::cpu
+
+#else  // not x86-64: the dispatcher never selects this; keep the symbol so the library links.
+
+namespace minimakv::cpu {
+void AttendAvx512(const KernelTask& task) { AttendScalar(task); }
+}  // namespace minimakv::cpu
+
+#endif

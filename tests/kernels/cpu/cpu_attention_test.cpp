@@ -1,0 +1,437 @@
+// Direct CPU kernels vs the materializing fp64 reference on the SAME pages, for every format and ISA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "minimakv/cpu_attention.h"
+#include "minimakv/partial_state.h"
+#include "minimakv/reference_attention.h"
+#include "tools/synthetic_kv.h"
+
+namespace minimakv {
+namespace {
+
+constexpr double kMaxRelL2 = 1e-5;    // the bound for direct decode vs the reference on the same pages
+constexpr double kMaxLseError = 1e-5;  // absolute, in log2 units
+constexpr float kCanary = -12345.678f;
+constexpr int kCanaryFloats = 64;
+
+// Dense K/V of a batch: kv[s] is [tokens][kv_heads][head_dim].
+struct DenseBatch {
+  int kv_heads = 0;
+  int head_dim = 0;
+  std::vector<std::vector<float>> k, v;
+};
+
+DenseBatch MakeBatch(const std::vector<int64_t>& lengths, int kv_heads, int head_dim, uint64_t seed) {
+  DenseBatch batch;
+  batch.kv_heads = kv_heads;
+  batch.head_dim = head_dim;
+  GaussianSource gauss(seed);
+  for (int64_t n : lengths) {
+    batch.k.emplace_back(size_t(n) * kv_heads * head_dim);
+    batch.v.emplace_back(size_t(n) * kv_heads * head_dim);
+    gauss.Fill(batch.k.back().data(), batch.k.back().size());
+    gauss.Fill(batch.v.back().data(), batch.v.back().size());
+  }
+  return batch;
+}
+
+KvSource SourceOf(const DenseBatch& batch) {
+  return [&batch](int seq, int64_t token, float* k, float* v) {
+    const size_t stride = size_t(batch.kv_heads) * batch.head_dim;
+    std::memcpy(k, batch.k[size_t(seq)].data() + size_t(token) * stride, stride * sizeof(float));
+    std::memcpy(v, batch.v[size_t(seq)].data() + size_t(token) * stride, stride * sizeof(float));
+  };
+}
+
+std::vector<std::vector<TokenRange>> WholeSequences(const std::vector<int64_t>& lengths) {
+  std::vector<std::vector<TokenRange>> ranges;
+  for (int64_t n : lengths) ranges.push_back(n == 0 ? std::vector<TokenRange>{} : std::vector<TokenRange>{{0, n}});
+  return ranges;
+}
+
+struct QueryBatch {
+  std::vector<float> q;
+  std::vector<int32_t> indptr;
+  AttentionQueries Queries(int q_heads, int head_dim) const {
+    AttentionQueries queries;
+    queries.q = q.data();
+    queries.q_indptr = indptr.data();
+    queries.num_seqs = int(indptr.size()) - 1;
+    queries.num_q_heads = q_heads;
+    queries.sm_scale = float(1.0 / std::sqrt(double(head_dim)));
+    return queries;
+  }
+};
+
+// q_lens[s] query tokens per sequence; `peak` scales queries so attention is sharper than uniform.
+QueryBatch MakeQueries(const std::vector<int>& q_lens, int q_heads, int head_dim, float peak, uint64_t seed) {
+  QueryBatch batch;
+  batch.indptr.push_back(0);
+  for (int n : q_lens) batch.indptr.push_back(batch.indptr.back() + n);
+  batch.q.resize(size_t(batch.indptr.back()) * q_heads * head_dim);
+  GaussianSource gauss(seed);
+  gauss.Fill(batch.q.data(), batch.q.size());
+  for (float& x : batch.q) x *= peak;
+  return batch;
+}
+
+// Output buffers with canaries on both sides.
+struct GuardedBuffer {
+  std::vector<float> storage;
+  size_t size = 0;
+  explicit GuardedBuffer(size_t n) : storage(n + 2 * kCanaryFloats, kCanary), size(n) {
+    // The interior starts as NaN so an unwritten element fails the comparison.
+    for (size_t i = 0; i < n; ++i) storage[kCanaryFloats + i] = NAN;
+  }
+  float* data() { return storage.data() + kCanaryFloats; }
+  const float* data() const { return storage.data() + kCanaryFloats; }
+  bool CanariesIntact() const {
+    for (int i = 0; i < kCanaryFloats; ++i) {
+      if (storage[size_t(i)] != kCanary || storage[kCanaryFloats + size + size_t(i)] != kCanary) return false;
+    }
+    return true;
+  }
+};
+
+double RelL2(const float* got, const std::vector<double>& want) {
+  double err = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double diff = double(got[i]) - want[i];
+    err += diff * diff;
+    norm += want[i] * want[i];
+  }
+  return norm == 0.0 ? std::sqrt(err) : std::sqrt(err / norm);
+}
+
+double RelL2(const float* got, const float* want, size_t n) {
+  std::vector<double> w(want, want + n);
+  return RelL2(got, w);
+}
+
+// Checks outputs and LSEs against the reference; empty rows must be exactly (0, -inf).
+void ExpectMatchesReference(const float* out, const float* lse, const std::vector<double>& want_out,
+                            const std::vector<double>& want_lse, const std::string& what) {
+  EXPECT_LE(RelL2(out, want_out), kMaxRelL2) << what;
+  const size_t d = want_out.size() / want_lse.size();
+  for (size_t r = 0; r < want_lse.size(); ++r) {
+    if (std::isinf(want_lse[r])) {
+      ASSERT_EQ(lse[r], -INFINITY) << what << " row " << r;
+      for (size_t i = 0; i < d; ++i) ASSERT_EQ(out[r * d + i], 0.0f) << what << " row " << r;
+    } else {
+      ASSERT_NEAR(lse[r], want_lse[r], kMaxLseError * std::fmax(1.0, std::fabs(want_lse[r]))) << what << " row " << r;
+    }
+  }
+}
+
+using KernelParam = std::tuple<KvFormat, int /*head_dim*/, int /*group*/, bool /*force_scalar*/>;
+
+class CpuKernelVsReference : public ::testing::TestWithParam<KernelParam> {};
+
+TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
+  const auto [format, head_dim, group, force_scalar] = GetParam();
+  constexpr int kKvHeads = 2;
+  constexpr int kPageTokens = 16;
+  // Empty, single-token, odd, exact-page, partly filled last page, several pages.
+  const std::vector<int64_t> lengths = {0, 1, 37, 64, 131, 250};
+  const std::vector<int> q_lens = {1, 1, 3, 1, 2, 1};
+  const int q_heads = kKvHeads * group;
+  const DenseBatch batch = MakeBatch(lengths, kKvHeads, head_dim, 11);
+  HadamardRotation rotation;
+  ASSERT_TRUE(HadamardRotation::Create(head_dim, HadamardRotation::kDefaultSeed, &rotation).ok());
+  SyntheticPool pool;
+  const PageLayout layout{format, kKvHeads, head_dim, kPageTokens};
+  ASSERT_TRUE(BuildSyntheticPool(layout, &rotation, WholeSequences(lengths), SourceOf(batch), /*shuffle*/ 99, &pool).ok());
+  for (float peak : {1.0f, 4.0f}) {
+    const QueryBatch qb = MakeQueries(q_lens, q_heads, head_dim, peak, 5);
+    const AttentionQueries queries = qb.Queries(q_heads, head_dim);
+    const PagedKvView view = pool.View();
+    std::vector<double> want_out, want_lse;
+    ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
+    for (int threads : {1, 2}) {
+      GuardedBuffer out(want_out.size());
+      GuardedBuffer lse(want_lse.size());
+      CpuAttentionOptions options;
+      options.num_threads = threads;
+      options.force_scalar = force_scalar;
+      const Status status = ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse,
+                             std::string(CpuKernelIsa(options)) + " peak " + std::to_string(peak) + " threads " +
+                                 std::to_string(threads));
+      EXPECT_TRUE(out.CanariesIntact());
+      EXPECT_TRUE(lse.CanariesIntact());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelVsReference,
+                         ::testing::Combine(::testing::Values(KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3),
+                                            ::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4, 6, 8),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<KernelParam>& info) {
+                           return std::string(KvFormatName(std::get<0>(info.param))) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_g" +
+                                  std::to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_scalar" : "_dispatch");
+                         });
+
+// One long sequence on two threads is split over page ranges and merged; larger pages than above.
+TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
+  constexpr int kHeadDim = 128;
+  constexpr int kKvHeads = 1;
+  constexpr int kGroup = 4;
+  const std::vector<int64_t> lengths = {3001};
+  const DenseBatch batch = MakeBatch(lengths, kKvHeads, kHeadDim, 21);
+  HadamardRotation rotation;
+  ASSERT_TRUE(HadamardRotation::Create(kHeadDim, 7, &rotation).ok());
+  for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
+    SyntheticPool pool;
+    ASSERT_TRUE(BuildSyntheticPool({format, kKvHeads, kHeadDim, 64}, &rotation, WholeSequences(lengths),
+                                   SourceOf(batch), 3, &pool).ok());
+    const QueryBatch qb = MakeQueries({1}, kKvHeads * kGroup, kHeadDim, 3.0f, 8);
+    const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, kHeadDim);
+    const PagedKvView view = pool.View();
+    std::vector<double> want_out, want_lse;
+    ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
+    std::vector<float> out_simd(want_out.size()), lse_simd(want_lse.size());
+    std::vector<float> out_scalar(want_out.size()), lse_scalar(want_lse.size());
+    CpuAttentionOptions options;
+    options.num_threads = 2;
+    ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_simd.data(), lse_simd.data()}, options).ok());
+    ExpectMatchesReference(out_simd.data(), lse_simd.data(), want_out, want_lse, std::string(KvFormatName(format)));
+    options.force_scalar = true;
+    options.num_threads = 1;
+    ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_scalar.data(), lse_scalar.data()}, options).ok());
+    ExpectMatchesReference(out_scalar.data(), lse_scalar.data(), want_out, want_lse, "scalar");
+    // Both accumulate in fp32 in different orders (scalar: one token at a time over 3001 tokens; SIMD: 16-lane
+    // partial sums, blocks of 64 keys, two page ranges merged), so they agree to a few fp32 ulps of the sums.
+    EXPECT_LE(RelL2(out_simd.data(), out_scalar.data(), out_scalar.size()), 5e-6) << KvFormatName(format);
+    for (size_t r = 0; r < lse_simd.size(); ++r) EXPECT_NEAR(lse_simd[r], lse_scalar[r], 1e-5);
+  }
+}
+
+// The same sequences split across BF16, FP8 and TQ3 views: merged result vs the reference over the union.
+TEST(CpuAttention, MixedViewsMergeToReferenceOverUnion) {
+  constexpr int kHeadDim = 128;
+  constexpr int kKvHeads = 2;
+  constexpr int kGroup = 4;
+  constexpr int kPageTokens = 32;
+  const std::vector<int64_t> lengths = {700, 45, 0, 300};
+  const DenseBatch batch = MakeBatch(lengths, kKvHeads, kHeadDim, 31);
+  HadamardRotation rotation;
+  ASSERT_TRUE(HadamardRotation::Create(kHeadDim, HadamardRotation::kDefaultSeed, &rotation).ok());
+  // Sequence 0: BF16 [0,64), FP8 [64,192) + [640,700), TQ3 [192,640). Sequence 1: FP8 only. Sequence 3: TQ3
+  // [0,256) + BF16 [256,300).
+  const std::vector<std::vector<TokenRange>> bf16_ranges = {{{0, 64}}, {}, {}, {{256, 300}}};
+  const std::vector<std::vector<TokenRange>> fp8_ranges = {{{64, 192}, {640, 700}}, {{0, 45}}, {}, {}};
+  const std::vector<std::vector<TokenRange>> tq3_ranges = {{{192, 640}}, {}, {}, {{0, 256}}};
+  SyntheticPool bf16, fp8, tq3;
+  ASSERT_TRUE(BuildSyntheticPool({KvFormat::kBf16, kKvHeads, kHeadDim, kPageTokens}, &rotation, bf16_ranges,
+                                 SourceOf(batch), 1, &bf16).ok());
+  ASSERT_TRUE(BuildSyntheticPool({KvFormat::kFp8, kKvHeads, kHeadDim, kPageTokens}, &rotation, fp8_ranges,
+                                 SourceOf(batch), 2, &fp8).ok());
+  ASSERT_TRUE(BuildSyntheticPool({KvFormat::kTq3, kKvHeads, kHeadDim, kPageTokens}, &rotation, tq3_ranges,
+                                 SourceOf(batch), 3, &tq3).ok());
+  const PagedKvView views[] = {bf16.View(), fp8.View(), tq3.View()};
+  const QueryBatch qb = MakeQueries({1, 2, 1, 1}, kKvHeads * kGroup, kHeadDim, 3.0f, 41);
+  const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, kHeadDim);
+  std::vector<double> want_out, want_lse;
+  ASSERT_TRUE(ReferenceAttention(views, queries, &rotation, &want_out, &want_lse).ok());
+  for (bool force_scalar : {false, true}) {
+    GuardedBuffer out(want_out.size());
+    GuardedBuffer lse(want_lse.size());
+    CpuAttentionOptions options;
+    options.force_scalar = force_scalar;
+    options.num_threads = 2;
+    const Status status = AttendMixedCpu(views, queries, &rotation, out.data(), lse.data(), options);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse, CpuKernelIsa(options));
+    EXPECT_TRUE(out.CanariesIntact());
+    EXPECT_TRUE(lse.CanariesIntact());
+    // lse_log2 may be null.
+    GuardedBuffer out_only(want_out.size());
+    ASSERT_TRUE(AttendMixedCpu(views, queries, &rotation, out_only.data(), nullptr, options).ok());
+    EXPECT_EQ(std::memcmp(out_only.data(), out.data(), want_out.size() * sizeof(float)), 0);
+    EXPECT_TRUE(out_only.CanariesIntact());
+  }
+}
+
+// ---- argument validation ----
+class CpuAttentionErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(HadamardRotation::Create(64, 1, &rotation_).ok());
+    batch_ = MakeBatch({20}, 2, 64, 3);
+    ASSERT_TRUE(BuildSyntheticPool({KvFormat::kTq3, 2, 64, 16}, &rotation_, WholeSequences({20}), SourceOf(batch_), 0,
+                                   &pool_).ok());
+    qb_ = MakeQueries({1}, 4, 64, 1.0f, 4);
+    out_.resize(4 * 64);
+    lse_.resize(4);
+  }
+  Status Run(const PagedKvView& view, const AttentionQueries& queries, const HadamardRotation* rotation) {
+    return ComputePartialStatesCpu(view, queries, rotation, {out_.data(), lse_.data()}, {});
+  }
+  HadamardRotation rotation_;
+  DenseBatch batch_;
+  SyntheticPool pool_;
+  QueryBatch qb_;
+  std::vector<float> out_, lse_;
+};
+
+TEST_F(CpuAttentionErrors, RejectsBadArgumentsWithClearMessages) {
+  const PagedKvView view = pool_.View();
+  const AttentionQueries queries = qb_.Queries(4, 64);
+  ASSERT_TRUE(Run(view, queries, &rotation_).ok());
+
+  Status s = Run(view, queries, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rotation"), std::string::npos) << s.message();
+
+  HadamardRotation other;
+  ASSERT_TRUE(HadamardRotation::Create(128, 1, &other).ok());
+  s = Run(view, queries, &other);
+  EXPECT_NE(s.message().find("head_dim 128"), std::string::npos) << s.message();
+
+  AttentionQueries bad_heads = queries;
+  bad_heads.num_q_heads = 3;
+  s = Run(view, bad_heads, &rotation_);
+  EXPECT_NE(s.message().find("num_q_heads 3"), std::string::npos) << s.message();
+
+  PagedKvView bad_dim = view;
+  bad_dim.layout.head_dim = 96;
+  s = Run(bad_dim, queries, &rotation_);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("96"), std::string::npos) << s.message();
+
+  PagedKvView null_pages = view;
+  null_pages.pages = nullptr;
+  EXPECT_NE(Run(null_pages, queries, &rotation_).message().find("view.pages"), std::string::npos);
+
+  const int32_t bad_last[] = {17};
+  PagedKvView bad_last_view = view;
+  bad_last_view.last_page_tokens = bad_last;
+  EXPECT_NE(Run(bad_last_view, queries, &rotation_).message().find("last_page_tokens[0] = 17"), std::string::npos);
+
+  AttentionQueries null_q = queries;
+  null_q.q = nullptr;
+  EXPECT_NE(Run(view, null_q, &rotation_).message().find("queries.q is null"), std::string::npos);
+
+  EXPECT_EQ(ComputePartialStatesCpu(view, queries, &rotation_, {nullptr, lse_.data()}, {}).code(),
+            StatusCode::kInvalidArgument);
+  CpuAttentionOptions zero_threads;
+  zero_threads.num_threads = 0;
+  EXPECT_NE(ComputePartialStatesCpu(view, queries, &rotation_, {out_.data(), lse_.data()}, zero_threads)
+                .message()
+                .find("num_threads 0"),
+            std::string::npos);
+}
+
+// ---- merge ----
+constexpr int kMergeDim = 8;
+
+std::vector<float> Vec(float base) {
+  std::vector<float> v(kMergeDim);
+  for (int i = 0; i < kMergeDim; ++i) v[size_t(i)] = base + 0.25f * float(i);
+  return v;
+}
+
+TEST(MergePartialState, EmptyWithEmptyStaysEmptyWithZeroOutput) {
+  std::vector<float> a(kMergeDim, NAN);  // garbage in an empty state must not leak
+  float lse_a = -INFINITY;
+  const std::vector<float> b(kMergeDim, NAN);
+  MergePartialState(a.data(), &lse_a, b.data(), -INFINITY, kMergeDim);
+  EXPECT_EQ(lse_a, -INFINITY);
+  for (float x : a) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(MergePartialState, EmptySideLeavesTheOtherExactly) {
+  std::vector<float> a = Vec(1.0f);
+  float lse_a = 3.5f;
+  const std::vector<float> empty(kMergeDim, NAN);
+  MergePartialState(a.data(), &lse_a, empty.data(), -INFINITY, kMergeDim);
+  EXPECT_EQ(lse_a, 3.5f);
+  EXPECT_EQ(a, Vec(1.0f));
+  std::vector<float> c(kMergeDim, NAN);
+  float lse_c = -INFINITY;
+  const std::vector<float> b = Vec(-2.0f);
+  MergePartialState(c.data(), &lse_c, b.data(), -7.25f, kMergeDim);
+  EXPECT_EQ(lse_c, -7.25f);
+  EXPECT_EQ(c, b);
+}
+
+TEST(MergePartialState, PlusInfinityWins) {
+  std::vector<float> a = Vec(1.0f);
+  float lse_a = 10.0f;
+  const std::vector<float> b = Vec(5.0f);
+  MergePartialState(a.data(), &lse_a, b.data(), INFINITY, kMergeDim);
+  EXPECT_EQ(lse_a, INFINITY);
+  EXPECT_EQ(a, Vec(5.0f));
+  // +inf with +inf: the average of the two outputs.
+  std::vector<float> c = Vec(1.0f);
+  float lse_c = INFINITY;
+  MergePartialState(c.data(), &lse_c, b.data(), INFINITY, kMergeDim);
+  EXPECT_EQ(lse_c, INFINITY);
+  for (int i = 0; i < kMergeDim; ++i) EXPECT_EQ(c[size_t(i)], (Vec(1.0f)[size_t(i)] + b[size_t(i)]) * 0.5f);
+}
+
+TEST(MergePartialState, EqualWeightsAverage) {
+  std::vector<float> a = Vec(1.0f);
+  float lse_a = 2.0f;
+  const std::vector<float> b = Vec(3.0f);
+  MergePartialState(a.data(), &lse_a, b.data(), 2.0f, kMergeDim);
+  EXPECT_EQ(lse_a, 3.0f);  // log2(2^2 + 2^2)
+  for (int i = 0; i < kMergeDim; ++i) EXPECT_EQ(a[size_t(i)], Vec(2.0f)[size_t(i)]);
+}
+
+TEST(MergePartialState, CommutativeExactlyAndAssociativeWithinRounding) {
+  GaussianSource gauss(77);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> x(kMergeDim), y(kMergeDim), z(kMergeDim);
+    gauss.Fill(x.data(), kMergeDim);
+    gauss.Fill(y.data(), kMergeDim);
+    gauss.Fill(z.data(), kMergeDim);
+    const float lx = 4.0f * gauss.Next(), ly = 4.0f * gauss.Next(), lz = 4.0f * gauss.Next();
+    std::vector<float> xy = x, yx = y;
+    float lxy = lx, lyx = ly;
+    MergePartialState(xy.data(), &lxy, y.data(), ly, kMergeDim);
+    MergePartialState(yx.data(), &lyx, x.data(), lx, kMergeDim);
+    ASSERT_EQ(lxy, lyx);
+    ASSERT_EQ(std::memcmp(xy.data(), yx.data(), sizeof(float) * kMergeDim), 0);
+    // (x + y) + z vs x + (y + z)
+    std::vector<float> left = xy;
+    float l_left = lxy;
+    MergePartialState(left.data(), &l_left, z.data(), lz, kMergeDim);
+    std::vector<float> yz = y;
+    float lyz = ly;
+    MergePartialState(yz.data(), &lyz, z.data(), lz, kMergeDim);
+    std::vector<float> right = x;
+    float l_right = lx;
+    MergePartialState(right.data(), &l_right, yz.data(), lyz, kMergeDim);
+    ASSERT_NEAR(l_left, l_right, 1e-6 * std::fmax(1.0f, std::fabs(l_left)));
+    for (int i = 0; i < kMergeDim; ++i) {
+      ASSERT_NEAR(left[size_t(i)], right[size_t(i)], 1e-6 * std::fmax(1.0f, std::fabs(left[size_t(i)])));
+    }
+  }
+}
+
+TEST(MergePartialStatesCpu, MergesArraysAndRejectsMismatch) {
+  std::vector<float> a = Vec(0.0f), b = Vec(1.0f);
+  std::vector<float> la = {1.0f}, lb = {1.0f};
+  float* const outs[] = {a.data(), b.data()};
+  float* const lses[] = {la.data(), lb.data()};
+  ASSERT_TRUE(MergePartialStatesCpu(outs, lses, 1, kMergeDim).ok());
+  EXPECT_EQ(la[0], 2.0f);
+  for (int i = 0; i < kMergeDim; ++i) EXPECT_EQ(a[size_t(i)], Vec(0.5f)[size_t(i)]);
+  float* const one_lse[] = {la.data()};
+  EXPECT_EQ(MergePartialStatesCpu(outs, one_lse, 1, kMergeDim).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace minimakv
