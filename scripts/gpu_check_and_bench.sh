@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# GPU machine: configure + build the CUDA code, run the GPU correctness program plain and under
+# compute-sanitizer memcheck, run the decode benchmark (+ torch SDPA comparison), print a summary table last.
+# Usage: scripts/gpu_check_and_bench.sh [tests|bench|all]   (default all). Writes CSV and logs under $OUT if set.
+set -uo pipefail
+MODE=${1:-all}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT_DIR=${OUT:-$ROOT/build/gpu-out}
+BUILD=${MINIMAKV_GPU_BUILD:-$ROOT/build/gpu}
+mkdir -p "$OUT_DIR"
+JOBS=$(nproc 2>/dev/null || echo 8)
+status=0
+
+echo "== configure + build ($(date -u +%H:%M:%S))"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+cmake -S "$ROOT" -B "$BUILD" -DMINIMAKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMINIMAKV_BUILD_TESTS=ON \
+  -DMINIMAKV_BUILD_BENCH=OFF -DMINIMAKV_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=Release > "$OUT_DIR/cmake.log" 2>&1 \
+  || { tail -30 "$OUT_DIR/cmake.log"; exit 1; }
+cmake --build "$BUILD" --target minimakv_cuda_tests minimakv_cuda_bench -j "$JOBS" > "$OUT_DIR/build.log" 2>&1 \
+  || { grep -E "error" -A3 "$OUT_DIR/build.log" | head -60; exit 1; }
+grep -E "registers|spill" "$OUT_DIR/build.log" | grep -B1 -E "[1-9][0-9]* bytes spill" | head -10
+TESTS=$(find "$BUILD" -name minimakv_cuda_tests -type f | head -1)
+BENCH=$(find "$BUILD" -name minimakv_cuda_bench -type f | head -1)
+
+if [[ $MODE == tests || $MODE == all ]]; then
+  echo "== GPU tests ($(date -u +%H:%M:%S))"
+  "$TESTS" 2>&1 | tee "$OUT_DIR/tests.log" | tail -45
+  test_rc=${PIPESTATUS[0]}
+  echo "== compute-sanitizer memcheck ($(date -u +%H:%M:%S))"
+  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$TESTS" > "$OUT_DIR/memcheck.log" 2>&1
+  memcheck_rc=$?
+  tail -6 "$OUT_DIR/memcheck.log"
+  [[ $test_rc -ne 0 || $memcheck_rc -ne 0 ]] && status=1
+fi
+
+if [[ $MODE == bench || $MODE == all ]]; then
+  echo "== benchmark ($(date -u +%H:%M:%S))"
+  "$BENCH" --csv "$OUT_DIR/decode_bench.csv" 2>&1 | tee "$OUT_DIR/bench.log" | tail -5
+  [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+  if [[ -f "$ROOT/bench/cuda/torch_sdpa_bench.py" ]]; then
+    PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$OUT_DIR/torch_sdpa.csv" \
+      > "$OUT_DIR/torch.log" 2>&1 || { tail -20 "$OUT_DIR/torch.log"; status=1; }
+  fi
+  if [[ -f "$ROOT/bench/cuda/summarize.py" ]]; then
+    python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
+      | tee "$OUT_DIR/summary.txt"
+  fi
+fi
+echo "== done ($(date -u +%H:%M:%S)) status=$status"
+exit $status

@@ -1,0 +1,642 @@
+// GPU correctness program (plain executable: the GPU machine has no GoogleTest). Exit code 0 only if every check
+// passed. Every kernel runs against the CPU codecs on the same bytes:
+//   append, convert  bit-identical to Fp8EncodeVector / Bf16EncodeVector / Tq3EncodeVector (whole pool compared,
+//                    untouched bytes and canaries included)
+//   decode + merge   relative L2 <= 1e-3 against an fp64 softmax over the same dequantized pages (CPU decoders),
+//                    random shuffled page ids, odd lengths, empty sequences, partial last pages, garbage (NaN bytes)
+//                    in unused page slots, canaries around outputs and workspace, CUDA-graph replay identical.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "minimakv/bf16_codec.h"
+#include "minimakv/cuda_attention.h"
+#include "minimakv/cuda_cache_ops.h"
+#include "minimakv/fp8_codec.h"
+#include "minimakv/hadamard_rotation.h"
+#include "minimakv/page_layout.h"
+#include "minimakv/scalar_formats.h"
+#include "minimakv/tq3_codec.h"
+
+using namespace minimakv;
+
+namespace {
+
+int g_failures = 0;
+int g_checks = 0;
+
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    ++g_checks;                                                       \
+    if (!(cond)) {                                                    \
+      ++g_failures;                                                   \
+      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+      std::printf(__VA_ARGS__);                                       \
+      std::printf("\n");                                              \
+    }                                                                 \
+  } while (0)
+
+#define CUDA_OK(expr)                                                                               \
+  do {                                                                                              \
+    cudaError_t e_ = (expr);                                                                        \
+    if (e_ != cudaSuccess) {                                                                        \
+      std::printf("FATAL %s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));    \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+#define STATUS_OK(expr)                                                                             \
+  do {                                                                                              \
+    Status s_ = (expr);                                                                             \
+    if (!s_.ok()) {                                                                                 \
+      std::printf("FATAL %s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, s_.ToString().c_str());     \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+constexpr uint8_t kPoolFill = 0xFF;    // NaN in bf16, E4M3 and fp32 scales: unused slots are poison
+constexpr uint8_t kCanaryByte = 0x5C;
+constexpr size_t kCanaryBytes = 4096;
+
+// Device buffer with canary bytes on both sides.
+struct GuardedBuffer {
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+  uint8_t* data() const { return base + kCanaryBytes; }
+  void Allocate(size_t n) {
+    bytes = n;
+    CUDA_OK(cudaMalloc(&base, n + 2 * kCanaryBytes));
+    CUDA_OK(cudaMemset(base, kCanaryByte, n + 2 * kCanaryBytes));
+  }
+  bool CanariesIntact() const {
+    std::vector<uint8_t> host(kCanaryBytes);
+    for (int side = 0; side < 2; ++side) {
+      CUDA_OK(cudaMemcpy(host.data(), side == 0 ? base : base + kCanaryBytes + bytes, kCanaryBytes,
+                         cudaMemcpyDeviceToHost));
+      for (uint8_t b : host) {
+        if (b != kCanaryByte) return false;
+      }
+    }
+    return true;
+  }
+  void Free() {
+    if (base) CUDA_OK(cudaFree(base));
+    base = nullptr;
+  }
+};
+
+// Random head vector: normal values with a per-vector magnitude over several decades, sometimes all zero.
+void RandomVector(std::mt19937_64& rng, int d, float* x, bool allow_zero = true) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> log_mag(-3.0f, 2.0f);
+  const float magnitude = std::pow(10.0f, log_mag(rng));
+  const bool zero = allow_zero && (rng() % 29 == 0);
+  for (int i = 0; i < d; ++i) x[i] = zero ? 0.0f : normal(rng) * magnitude;
+}
+
+// CPU: encode x into the page image at (head, token) of K or V.
+Status EncodeInto(const PageLayout& layout, const HadamardRotation* rotation, uint8_t* page, int head, int token,
+                  bool is_value, const float* x) {
+  uint8_t* codes = page + (is_value ? layout.v_codes_offset(head, token) : layout.k_codes_offset(head, token));
+  uint8_t* scale = page + (is_value ? layout.v_scale_offset(head, token) : layout.k_scale_offset(head, token));
+  switch (layout.format) {
+    case KvFormat::kBf16: {
+      std::vector<uint16_t> tmp(layout.head_dim);
+      MINIMAKV_RETURN_IF_ERROR(Bf16EncodeVector(x, layout.head_dim, tmp.data()));
+      std::memcpy(codes, tmp.data(), tmp.size() * 2);
+      return Status::Ok();
+    }
+    case KvFormat::kFp8: {
+      float s = 0;
+      MINIMAKV_RETURN_IF_ERROR(Fp8EncodeVector(x, layout.head_dim, codes, &s));
+      std::memcpy(scale, &s, 4);
+      return Status::Ok();
+    }
+    case KvFormat::kTq3: {
+      alignas(4) uint8_t tmp[96];
+      uint16_t s = 0;
+      MINIMAKV_RETURN_IF_ERROR(Tq3EncodeVector(*rotation, x, tmp, &s));
+      std::memcpy(codes, tmp, layout.code_bytes());
+      std::memcpy(scale, &s, 2);
+      return Status::Ok();
+    }
+  }
+  return Status::Internal("format");
+}
+
+// CPU: the exact fp32 values a page slot reconstructs to (original domain).
+void DecodeFrom(const PageLayout& layout, const HadamardRotation* rotation, const uint8_t* page, int head,
+                int token, bool is_value, float* x) {
+  const uint8_t* codes = page + (is_value ? layout.v_codes_offset(head, token) : layout.k_codes_offset(head, token));
+  const uint8_t* scale = page + (is_value ? layout.v_scale_offset(head, token) : layout.k_scale_offset(head, token));
+  switch (layout.format) {
+    case KvFormat::kBf16: {
+      std::vector<uint16_t> tmp(layout.head_dim);
+      std::memcpy(tmp.data(), codes, tmp.size() * 2);
+      Bf16DecodeVector(tmp.data(), layout.head_dim, x);
+      return;
+    }
+    case KvFormat::kFp8: {
+      float s;
+      std::memcpy(&s, scale, 4);
+      Fp8DecodeVector(codes, s, layout.head_dim, x);
+      return;
+    }
+    case KvFormat::kTq3: {
+      alignas(4) uint8_t tmp[96];
+      std::memcpy(tmp, codes, layout.code_bytes());
+      uint16_t s;
+      std::memcpy(&s, scale, 2);
+      Tq3DecodeVector(*rotation, tmp, s, x);
+      return;
+    }
+  }
+}
+
+size_t FirstMismatch(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  return a.size();
+}
+
+// ------------------------------------------------------------------------------------------------------------
+void TestAppend(std::mt19937_64& rng, int head_dim, KvFormat format, CudaInputDtype dtype) {
+  PageLayout layout{format, 3, head_dim, 16};
+  const int num_pages = 7;
+  const int num_tokens = 53;
+  const size_t pool_bytes = layout.page_bytes() * num_pages;
+  std::vector<uint8_t> expected(pool_bytes, kPoolFill);
+  GuardedBuffer pool;
+  pool.Allocate(pool_bytes);
+  CUDA_OK(cudaMemset(pool.data(), kPoolFill, pool_bytes));
+
+  // Distinct random slots, some rows padding (-1); a second pass with NaN and an out-of-range slot.
+  std::vector<int64_t> all_slots(num_pages * layout.page_tokens);
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  std::shuffle(all_slots.begin(), all_slots.end(), rng);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int64_t> slots(num_tokens);
+    for (int i = 0; i < num_tokens; ++i) slots[i] = (rng() % 7 == 0) ? -1 : all_slots[pass * num_tokens + i];
+    const size_t values = size_t(num_tokens) * layout.kv_heads * head_dim;
+    std::vector<float> key(values), value(values);
+    for (size_t v = 0; v < values; v += head_dim) {
+      RandomVector(rng, head_dim, &key[v]);
+      RandomVector(rng, head_dim, &value[v]);
+    }
+    int bad_row = -1;
+    if (pass == 1) {  // one NaN in one V vector, one out-of-range slot
+      bad_row = 11;
+      value[(size_t(bad_row) * layout.kv_heads + 1) * head_dim + 5] = NAN;
+      slots[bad_row] = all_slots[pass * num_tokens + bad_row];
+      slots[30] = int64_t(num_pages) * layout.page_tokens + 3;
+    }
+    // bf16 input: round the floats first, the CPU encodes the same rounded values.
+    std::vector<uint16_t> key16(values), value16(values);
+    if (dtype == CudaInputDtype::kBf16) {
+      for (size_t i = 0; i < values; ++i) {
+        key16[i] = FloatToBf16(key[i]);
+        value16[i] = std::isnan(value[i]) ? uint16_t(0x7FC0) : FloatToBf16(value[i]);
+        key[i] = Bf16ToFloat(key16[i]);
+        value[i] = Bf16ToFloat(value16[i]);
+      }
+    }
+    for (int tok = 0; tok < num_tokens; ++tok) {
+      if (slots[tok] < 0 || slots[tok] >= int64_t(num_pages) * layout.page_tokens) continue;
+      uint8_t* page = expected.data() + size_t(slots[tok] / layout.page_tokens) * layout.page_bytes();
+      for (int h = 0; h < layout.kv_heads; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          const float* x = (kv ? value.data() : key.data()) + (size_t(tok) * layout.kv_heads + h) * head_dim;
+          Status s = EncodeInto(layout, nullptr, page, h, int(slots[tok] % layout.page_tokens), kv == 1, x);
+          (void)s;  // a NaN vector is rejected by the CPU codec too: nothing written
+        }
+      }
+    }
+    const size_t in_bytes = values * (dtype == CudaInputDtype::kBf16 ? 2 : 4);
+    void* d_key;
+    void* d_value;
+    int64_t* d_slots;
+    int32_t* d_flag;
+    CUDA_OK(cudaMalloc(&d_key, in_bytes));
+    CUDA_OK(cudaMalloc(&d_value, in_bytes));
+    CUDA_OK(cudaMalloc(&d_slots, slots.size() * 8));
+    CUDA_OK(cudaMalloc(&d_flag, 4));
+    CUDA_OK(cudaMemcpy(d_key, dtype == CudaInputDtype::kBf16 ? (void*)key16.data() : (void*)key.data(), in_bytes,
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_value, dtype == CudaInputDtype::kBf16 ? (void*)value16.data() : (void*)value.data(),
+                       in_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_slots, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
+    CudaAppendArgs args;
+    args.d_key = d_key;
+    args.d_value = d_value;
+    args.dtype = dtype;
+    args.num_tokens = num_tokens;
+    args.d_slot_mapping = d_slots;
+    args.layout = layout;
+    args.d_pages = pool.data();
+    args.num_pages = num_pages;
+    args.d_error_flag = d_flag;
+    STATUS_OK(CudaAppend(args, nullptr));
+    Status err = CudaReadAppendError(d_flag, nullptr);
+    if (pass == 0) {
+      CHECK(err.ok(), "append pass 0 reported %s", err.ToString().c_str());
+    } else {
+      CHECK(!err.ok(), "append with NaN / bad slot reported OK");
+    }
+    std::vector<uint8_t> got(pool_bytes);
+    CUDA_OK(cudaMemcpy(got.data(), pool.data(), pool_bytes, cudaMemcpyDeviceToHost));
+    const size_t mismatch = FirstMismatch(got, expected);
+    CHECK(mismatch == pool_bytes, "append d=%d %s %s pass %d: first differing pool byte %zu (got %02x want %02x)",
+          head_dim, std::string(KvFormatName(format)).c_str(), dtype == CudaInputDtype::kBf16 ? "bf16" : "fp32",
+          pass, mismatch, mismatch < pool_bytes ? got[mismatch] : 0, mismatch < pool_bytes ? expected[mismatch] : 0);
+    CUDA_OK(cudaFree(d_key));
+    CUDA_OK(cudaFree(d_value));
+    CUDA_OK(cudaFree(d_slots));
+    CUDA_OK(cudaFree(d_flag));
+  }
+  CHECK(pool.CanariesIntact(), "append wrote outside the pool");
+  pool.Free();
+}
+
+// ------------------------------------------------------------------------------------------------------------
+void TestConvert(std::mt19937_64& rng, int head_dim, int page_tokens) {
+  const uint64_t seed = HadamardRotation::kDefaultSeed ^ rng();
+  HadamardRotation rotation;
+  STATUS_OK(HadamardRotation::Create(head_dim, seed, &rotation));
+  PageLayout fp8{KvFormat::kFp8, 2, head_dim, page_tokens};
+  PageLayout tq3{KvFormat::kTq3, 2, head_dim, page_tokens};
+  const int fp8_pages = 9;
+  const int tq3_pages = 11;
+  std::vector<uint8_t> fp8_image(fp8.page_bytes() * fp8_pages, 0);
+  std::vector<float> x(head_dim);
+  for (int p = 0; p < fp8_pages; ++p) {
+    for (int tok = 0; tok < page_tokens; ++tok) {
+      for (int h = 0; h < fp8.kv_heads; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          RandomVector(rng, head_dim, x.data());
+          STATUS_OK(EncodeInto(fp8, nullptr, fp8_image.data() + p * fp8.page_bytes(), h, tok, kv == 1, x.data()));
+        }
+      }
+    }
+  }
+  // Pairs: shuffled sources and destinations, partly filled pages.
+  std::vector<int> src(fp8_pages), dst(tq3_pages);
+  std::iota(src.begin(), src.end(), 0);
+  std::iota(dst.begin(), dst.end(), 0);
+  std::shuffle(src.begin(), src.end(), rng);
+  std::shuffle(dst.begin(), dst.end(), rng);
+  std::vector<CudaConvertPair> pairs;
+  for (int i = 0; i < 7; ++i) {
+    const int tokens = i % 3 == 0 ? int(1 + rng() % page_tokens) : page_tokens;
+    pairs.push_back({src[i], dst[i], tokens});
+  }
+  std::vector<uint8_t> expected(tq3.page_bytes() * tq3_pages, kPoolFill);
+  for (const CudaConvertPair& pr : pairs) {
+    uint8_t* out_page = expected.data() + pr.dst_page * tq3.page_bytes();
+    const uint8_t* in_page = fp8_image.data() + pr.src_page * fp8.page_bytes();
+    for (int tok = 0; tok < page_tokens; ++tok) {
+      for (int h = 0; h < tq3.kv_heads; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          if (tok < pr.tokens) {
+            DecodeFrom(fp8, nullptr, in_page, h, tok, kv == 1, x.data());
+          } else {
+            std::fill(x.begin(), x.end(), 0.0f);
+          }
+          STATUS_OK(EncodeInto(tq3, &rotation, out_page, h, tok, kv == 1, x.data()));
+        }
+      }
+    }
+    // The padding bytes between the payload and the page end stay untouched.
+  }
+  uint8_t* d_fp8;
+  CUDA_OK(cudaMalloc(&d_fp8, fp8_image.size()));
+  CUDA_OK(cudaMemcpy(d_fp8, fp8_image.data(), fp8_image.size(), cudaMemcpyHostToDevice));
+  GuardedBuffer d_tq3;
+  d_tq3.Allocate(expected.size());
+  CUDA_OK(cudaMemset(d_tq3.data(), kPoolFill, expected.size()));
+  CudaConvertPair* d_pairs;
+  int32_t* d_flag;
+  CUDA_OK(cudaMalloc(&d_pairs, pairs.size() * sizeof(CudaConvertPair)));
+  CUDA_OK(cudaMalloc(&d_flag, 4));
+  CUDA_OK(cudaMemcpy(d_pairs, pairs.data(), pairs.size() * sizeof(CudaConvertPair), cudaMemcpyHostToDevice));
+  CudaConvertArgs args;
+  args.fp8_layout = fp8;
+  args.tq3_layout = tq3;
+  args.d_fp8_pages = d_fp8;
+  args.d_tq3_pages = d_tq3.data();
+  args.d_pairs = d_pairs;
+  args.num_pairs = int(pairs.size());
+  args.rotation_seed = seed;
+  args.d_error_flag = d_flag;
+  STATUS_OK(CudaConvertFp8ToTq3(args, nullptr));
+  Status err = CudaReadAppendError(d_flag, nullptr);
+  CHECK(err.ok(), "convert reported %s", err.ToString().c_str());
+  std::vector<uint8_t> got(expected.size());
+  CUDA_OK(cudaMemcpy(got.data(), d_tq3.data(), got.size(), cudaMemcpyDeviceToHost));
+  const size_t mismatch = FirstMismatch(got, expected);
+  CHECK(mismatch == got.size(), "convert d=%d page_tokens=%d: first differing byte %zu of %zu (page %zu)", head_dim,
+        page_tokens, mismatch, got.size(), mismatch / tq3.page_bytes());
+  CHECK(d_tq3.CanariesIntact(), "convert wrote outside the TQ3 pool");
+  CUDA_OK(cudaFree(d_fp8));
+  CUDA_OK(cudaFree(d_pairs));
+  CUDA_OK(cudaFree(d_flag));
+  d_tq3.Free();
+}
+
+// ------------------------------------------------------------------------------------------------------------
+struct HostView {
+  PageLayout layout;
+  int num_pages = 0;
+  std::vector<uint8_t> image;
+  std::vector<int32_t> indptr, ids, last;
+  // device
+  uint8_t* d_pages = nullptr;
+  int32_t *d_indptr = nullptr, *d_ids = nullptr, *d_last = nullptr;
+};
+
+struct DecodeCase {
+  int num_q_heads, kv_heads, head_dim, page_tokens;
+  std::vector<KvFormat> formats;
+  int sm_count;  // 0 = the device's
+};
+
+void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
+  const int d = c.head_dim;
+  const int group = c.num_q_heads / c.kv_heads;
+  const uint64_t seed = rng();
+  HadamardRotation rotation;
+  STATUS_OK(HadamardRotation::Create(d, seed, &rotation));
+  const float sm_scale = 1.0f / std::sqrt(float(d));
+  std::string name = "decode q" + std::to_string(c.num_q_heads) + "/kv" + std::to_string(c.kv_heads) + " d" +
+                     std::to_string(d) + " pt" + std::to_string(c.page_tokens) + " sm" + std::to_string(c.sm_count) +
+                     " [";
+  for (KvFormat f : c.formats) name += std::string(KvFormatName(f)) + " ";
+  name += "]";
+
+  // Per sequence and format: token counts (some empty, odd, partial pages, one long).
+  std::vector<std::vector<int>> tokens(c.formats.size(), std::vector<int>(num_seqs));
+  for (size_t f = 0; f < c.formats.size(); ++f) {
+    for (int s = 0; s < num_seqs; ++s) {
+      const int kind = int(rng() % 6);
+      tokens[f][s] = kind == 0 ? 0 : kind == 1 ? int(1 + rng() % 15) : kind == 5 ? int(1500 + rng() % 1700)
+                                                                                : int(1 + rng() % 400);
+    }
+  }
+  if (num_seqs > 1) {
+    for (size_t f = 0; f < c.formats.size(); ++f) tokens[f][1] = 0;  // a sequence with no cached token at all
+  }
+  std::vector<HostView> views(c.formats.size());
+  std::vector<float> x(d);
+  for (size_t f = 0; f < c.formats.size(); ++f) {
+    HostView& v = views[f];
+    v.layout = PageLayout{c.formats[f], c.kv_heads, d, c.page_tokens};
+    int pages_needed = 0;
+    for (int s = 0; s < num_seqs; ++s) pages_needed += (tokens[f][s] + c.page_tokens - 1) / c.page_tokens;
+    v.num_pages = pages_needed + 5;
+    v.image.assign(v.layout.page_bytes() * v.num_pages, kPoolFill);
+    std::vector<int32_t> free_ids(v.num_pages);
+    std::iota(free_ids.begin(), free_ids.end(), 0);
+    std::shuffle(free_ids.begin(), free_ids.end(), rng);
+    v.indptr.assign(1, 0);
+    int next = 0;
+    for (int s = 0; s < num_seqs; ++s) {
+      const int n = tokens[f][s];
+      const int pages = (n + c.page_tokens - 1) / c.page_tokens;
+      for (int p = 0; p < pages; ++p) {
+        const int id = free_ids[next++];
+        v.ids.push_back(id);
+        const int valid = p == pages - 1 ? n - p * c.page_tokens : c.page_tokens;
+        for (int tok = 0; tok < valid; ++tok) {
+          for (int h = 0; h < c.kv_heads; ++h) {
+            for (int kv = 0; kv < 2; ++kv) {
+              RandomVector(rng, d, x.data());
+              STATUS_OK(EncodeInto(v.layout, &rotation, v.image.data() + size_t(id) * v.layout.page_bytes(), h,
+                                   tok, kv == 1, x.data()));
+            }
+          }
+        }
+      }
+      v.indptr.push_back(int32_t(v.ids.size()));
+      v.last.push_back(n == 0 ? 0 : n - (pages - 1) * c.page_tokens);
+    }
+    CUDA_OK(cudaMalloc(&v.d_pages, v.image.size()));
+    CUDA_OK(cudaMemcpy(v.d_pages, v.image.data(), v.image.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&v.d_indptr, v.indptr.size() * 4));
+    CUDA_OK(cudaMalloc(&v.d_ids, std::max<size_t>(1, v.ids.size()) * 4));
+    CUDA_OK(cudaMalloc(&v.d_last, std::max<size_t>(1, v.last.size()) * 4));
+    CUDA_OK(cudaMemcpy(v.d_indptr, v.indptr.data(), v.indptr.size() * 4, cudaMemcpyHostToDevice));
+    if (!v.ids.empty()) CUDA_OK(cudaMemcpy(v.d_ids, v.ids.data(), v.ids.size() * 4, cudaMemcpyHostToDevice));
+    if (!v.last.empty()) CUDA_OK(cudaMemcpy(v.d_last, v.last.data(), v.last.size() * 4, cudaMemcpyHostToDevice));
+  }
+  // Queries: normal, scaled so softmax is peaked for some heads and flat for others.
+  const size_t q_count = size_t(num_seqs) * c.num_q_heads * d;
+  std::vector<float> q(q_count);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t row = 0; row < q_count / d; ++row) {
+    const float gain = (row % 3 == 0) ? 40.0f : (row % 3 == 1) ? 3.0f : 0.3f;
+    for (int i = 0; i < d; ++i) q[row * d + i] = normal(rng) * gain;
+  }
+
+  // Plan, upload, run (eager), then capture the run in a CUDA graph and replay it.
+  int sm_count = c.sm_count;
+  if (sm_count == 0) CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  CudaDecodeShape shape{num_seqs, c.num_q_heads, c.kv_heads, d, sm_scale, seed};
+  std::vector<CudaViewLengths> lengths;
+  std::vector<PagedKvView> dviews;
+  for (HostView& v : views) {
+    lengths.push_back({v.layout.format, c.page_tokens, v.indptr.data(), v.last.data()});
+    PagedKvView pv;
+    pv.layout = v.layout;
+    pv.pages = v.d_pages;
+    pv.num_seqs = num_seqs;
+    pv.page_indptr = v.d_indptr;
+    pv.page_ids = v.d_ids;
+    pv.last_page_tokens = v.d_last;
+    dviews.push_back(pv);
+  }
+  CudaDecodePlan plan;
+  STATUS_OK(CudaDecodePlan::Create(shape, lengths.data(), int(lengths.size()), sm_count, &plan));
+  GuardedBuffer ws, out, lse;
+  ws.Allocate(plan.workspace_bytes());
+  out.Allocate(q_count * 4);
+  lse.Allocate(size_t(num_seqs) * c.num_q_heads * 4);
+  CUDA_OK(cudaMemset(out.data(), 0xFF, q_count * 4));  // NaN poison: every element must be written
+  CUDA_OK(cudaMemset(lse.data(), 0xFF, size_t(num_seqs) * c.num_q_heads * 4));
+  float* d_q;
+  CUDA_OK(cudaMalloc(&d_q, q_count * 4));
+  CUDA_OK(cudaMemcpy(d_q, q.data(), q_count * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  STATUS_OK(plan.Upload(ws.data(), stream));
+  PartialStatesOut states{reinterpret_cast<float*>(out.data()), reinterpret_cast<float*>(lse.data())};
+  STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> got(q_count), got_lse(size_t(num_seqs) * c.num_q_heads);
+  CUDA_OK(cudaMemcpy(got.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, q_count * 4, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> replay(q_count);
+  CUDA_OK(cudaMemcpy(replay.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
+  CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
+        name.c_str());
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+
+  // fp64 reference over the same dequantized pages.
+  double err2 = 0.0, ref2 = 0.0, worst_row = 0.0, worst_lse = 0.0;
+  int nonfinite = 0;
+  std::vector<double> ref(d);
+  for (int s = 0; s < num_seqs; ++s) {
+    // Gather this sequence's dequantized K, V per kv head (all formats).
+    for (int kh = 0; kh < c.kv_heads; ++kh) {
+      std::vector<std::vector<float>> keys, vals;
+      for (HostView& v : views) {
+        for (int pi = v.indptr[s]; pi < v.indptr[s + 1]; ++pi) {
+          const int valid = pi == v.indptr[s + 1] - 1 ? v.last[s] : c.page_tokens;
+          const uint8_t* page = v.image.data() + size_t(v.ids[pi]) * v.layout.page_bytes();
+          for (int tok = 0; tok < valid; ++tok) {
+            keys.emplace_back(d);
+            vals.emplace_back(d);
+            DecodeFrom(v.layout, &rotation, page, kh, tok, false, keys.back().data());
+            DecodeFrom(v.layout, &rotation, page, kh, tok, true, vals.back().data());
+          }
+        }
+      }
+      for (int gq = 0; gq < group; ++gq) {
+        const int h = kh * group + gq;
+        const float* qr = &q[(size_t(s) * c.num_q_heads + h) * d];
+        const float* gr = &got[(size_t(s) * c.num_q_heads + h) * d];
+        const float gl = got_lse[size_t(s) * c.num_q_heads + h];
+        for (int i = 0; i < d; ++i) nonfinite += !std::isfinite(gr[i]);
+        if (keys.empty()) {
+          bool zero = true;
+          for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
+          CHECK(zero && gl == -INFINITY, "%s: empty seq %d head %d: lse %g, out not zero", name.c_str(), s, h, gl);
+          continue;
+        }
+        std::vector<double> score(keys.size());
+        double mx = -INFINITY;
+        for (size_t k = 0; k < keys.size(); ++k) {
+          double dot = 0.0;
+          for (int i = 0; i < d; ++i) dot += double(qr[i]) * keys[k][i];
+          score[k] = dot * sm_scale;
+          mx = std::max(mx, score[k]);
+        }
+        double sum = 0.0;
+        std::fill(ref.begin(), ref.end(), 0.0);
+        for (size_t k = 0; k < keys.size(); ++k) {
+          const double w = std::exp(score[k] - mx);
+          sum += w;
+          for (int i = 0; i < d; ++i) ref[i] += w * vals[k][i];
+        }
+        double row_err = 0.0, row_ref = 0.0;
+        for (int i = 0; i < d; ++i) {
+          ref[i] /= sum;
+          row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
+          row_ref += ref[i] * ref[i];
+        }
+        err2 += row_err;
+        ref2 += row_ref;
+        if (row_ref > 0) worst_row = std::max(worst_row, std::sqrt(row_err / row_ref));
+        const double ref_lse = (mx + std::log(sum)) / std::log(2.0);
+        worst_lse = std::max(worst_lse, std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
+      }
+    }
+  }
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
+  CHECK(nonfinite == 0, "%s: %d non-finite outputs", name.c_str(), nonfinite);
+  CHECK(rel <= 1e-3, "%s: relative L2 %.3g > 1e-3", name.c_str(), rel);
+  CHECK(worst_row <= 2e-3, "%s: worst row relative L2 %.3g > 2e-3", name.c_str(), worst_row);
+  CHECK(worst_lse <= 1e-4, "%s: worst lse relative error %.3g > 1e-4", name.c_str(), worst_lse);
+  CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
+        name.c_str());
+  std::printf("  %-58s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), plan.total_items(), rel,
+              worst_row, worst_lse);
+
+  CUDA_OK(cudaStreamDestroy(stream));
+  CUDA_OK(cudaFree(d_q));
+  ws.Free();
+  out.Free();
+  lse.Free();
+  for (HostView& v : views) {
+    CUDA_OK(cudaFree(v.d_pages));
+    CUDA_OK(cudaFree(v.d_indptr));
+    CUDA_OK(cudaFree(v.d_ids));
+    CUDA_OK(cudaFree(v.d_last));
+  }
+}
+
+void TestPlanErrors() {
+  const int32_t indptr[2] = {0, 1};
+  const int32_t last[1] = {16};
+  CudaViewLengths view{KvFormat::kFp8, 16, indptr, last};
+  CudaDecodePlan plan;
+  CHECK(!CudaDecodePlan::Create({1, 24, 4, 64, 0.125f, 0}, &view, 1, 132, &plan).ok(), "head_dim 64 accepted");
+  CHECK(!CudaDecodePlan::Create({1, 36, 4, 128, 0.1f, 0}, &view, 1, 132, &plan).ok(), "group 9 accepted");
+  CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
+  CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &odd, 1, 132, &plan).ok(), "page_tokens 24 accepted");
+  const int32_t bad_last[1] = {17};
+  CudaViewLengths bad{KvFormat::kFp8, 16, indptr, bad_last};
+  CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &bad, 1, 132, &plan).ok(), "last_page_tokens 17 accepted");
+}
+
+}  // namespace
+
+int main() {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("no CUDA device\n");
+    return 2;
+  }
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::mt19937_64 rng(20261129);
+
+  std::printf("append\n");
+  for (int d : {64, 128, 256}) {
+    for (KvFormat f : {KvFormat::kFp8, KvFormat::kBf16}) {
+      for (CudaInputDtype dt : {CudaInputDtype::kFloat32, CudaInputDtype::kBf16}) TestAppend(rng, d, f, dt);
+    }
+  }
+  std::printf("convert\n");
+  for (int d : {64, 128, 256}) {
+    for (int pt : {16, 48}) TestConvert(rng, d, pt);
+  }
+  std::printf("plan errors\n");
+  TestPlanErrors();
+  std::printf("decode\n");
+  const std::vector<std::vector<KvFormat>> format_sets = {
+      {KvFormat::kBf16}, {KvFormat::kFp8}, {KvFormat::kTq3}, {KvFormat::kFp8, KvFormat::kTq3},
+      {KvFormat::kTq3, KvFormat::kBf16, KvFormat::kFp8}};
+  const DecodeCase shapes[] = {{24, 4, 256, 16, {}, 0}, {32, 8, 128, 64, {}, 0}, {8, 8, 128, 32, {}, 1},
+                               {16, 2, 256, 16, {}, 1}, {12, 4, 128, 16, {}, 3}};
+  for (const DecodeCase& base : shapes) {
+    for (const auto& formats : format_sets) {
+      DecodeCase c = base;
+      c.formats = formats;
+      TestDecode(rng, c, 6);
+    }
+  }
+  std::printf("%d checks, %d failures\n", g_checks, g_failures);
+  if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
+  return g_failures == 0 ? 0 : 1;
+}
