@@ -28,6 +28,17 @@ std::string FormatDouble(double value) {
 }
 
 // Levenshtein distance, for "did you mean" hints on mistyped flags.
+// 'text' in single quotes. Built by appending: GCC 12 -O3 gives a false -Wrestrict on "'" + std::string
+// (GCC bug 105329).
+std::string Quoted(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '\'';
+  out.append(text);
+  out += '\'';
+  return out;
+}
+
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -55,11 +66,11 @@ Status ParseInt64Value(std::string_view text, int64_t* out) {
   int64_t value = 0;
   const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (digits.empty() || r.ec != std::errc() || r.ptr != digits.data() + digits.size()) {
-    return Status::InvalidArgument("'" + std::string(text) + "' is not an integer");
+    return Status::InvalidArgument(Quoted(text) + " is not an integer");
   }
   if (value > std::numeric_limits<int64_t>::max() / multiplier ||
       value < std::numeric_limits<int64_t>::min() / multiplier) {
-    return Status::InvalidArgument("'" + std::string(text) + "' is out of range");
+    return Status::InvalidArgument(Quoted(text) + " is out of range");
   }
   *out = value * multiplier;
   return Status::Ok();
@@ -69,7 +80,7 @@ Status ParseDoubleValue(std::string_view text, double* out) {
   double value = 0.0;
   const auto r = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size() || !std::isfinite(value)) {
-    return Status::InvalidArgument("'" + std::string(text) + "' is not a finite number");
+    return Status::InvalidArgument(Quoted(text) + " is not a finite number");
   }
   *out = value;
   return Status::Ok();
@@ -84,7 +95,7 @@ Status ParseInt64ListValue(std::string_view text, std::vector<int64_t>* out) {
     int64_t value = 0;
     Status s = ParseInt64Value(item, &value);
     if (!s.ok()) {
-      return Status::InvalidArgument("'" + std::string(text) + "' is not a comma-separated list of integers ('" +
+      return Status::InvalidArgument(Quoted(text) + " is not a comma-separated list of integers ('" +
                                      std::string(item) + "' is not an integer)");
     }
     values.push_back(value);
@@ -129,7 +140,7 @@ void ArgParser::AddInt(std::string name, std::string help, int* target) {
     int64_t value = 0;
     MINIMAKV_RETURN_IF_ERROR(ParseInt64Value(v, &value));
     if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
-      return Status::InvalidArgument("'" + std::string(v) + "' is out of range for a 32-bit integer");
+      return Status::InvalidArgument(Quoted(v) + " is out of range for a 32-bit integer");
     }
     *target = int(value);
     return Status::Ok();
@@ -152,7 +163,7 @@ void ArgParser::AddBool(std::string name, std::string help, bool* target) {
     } else if (v == "false" || v == "0") {
       *target = false;
     } else {
-      return Status::InvalidArgument("'" + std::string(v) + "' is not true or false");
+      return Status::InvalidArgument(Quoted(v) + " is not true or false");
     }
     return Status::Ok();
   };
@@ -179,7 +190,7 @@ void ArgParser::AddIntList(std::string name, std::string help, std::vector<int>*
     MINIMAKV_RETURN_IF_ERROR(ParseInt64ListValue(v, &values));
     for (int64_t value : values) {
       if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
-        return Status::InvalidArgument("'" + std::to_string(value) + "' is out of range for a 32-bit integer");
+        return Status::InvalidArgument(Quoted(std::to_string(value)) + " is out of range for a 32-bit integer");
       }
     }
     if (!self.list_replaced) target->clear();
@@ -196,7 +207,7 @@ void ArgParser::AddChoice(std::string name, std::vector<std::string> choices, st
   Flag f = MakeFlag(std::move(name), value_name, std::move(help), *target);
   f.set = [target, choices = std::move(choices), value_name](Flag&, std::string_view v) {
     if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
-      return Status::InvalidArgument("'" + std::string(v) + "' is not one of " + value_name);
+      return Status::InvalidArgument(Quoted(v) + " is not one of " + value_name);
     }
     *target = std::string(v);
     return Status::Ok();

@@ -162,9 +162,12 @@ class JsonParser {
         ++column;
       }
     }
-    std::string found = pos_ < text_.size() ? "'" + std::string(1, text_[pos_]) + "'" : "end of input";
+    std::string found = "end of input";
     if (pos_ < text_.size() && static_cast<unsigned char>(text_[pos_]) < 0x20) {
-      found = "control byte " + std::to_string(static_cast<unsigned char>(text_[pos_]));
+      found = "control byte ";
+      found += std::to_string(static_cast<unsigned char>(text_[pos_]));
+    } else if (pos_ < text_.size()) {
+      found = {'\'', text_[pos_], '\''};
     }
     return Status::InvalidArgument("JSON parse error at byte " + std::to_string(pos_) + " (line " +
                                    std::to_string(line) + ", column " + std::to_string(column) + "): expected " +
