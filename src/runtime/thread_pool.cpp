@@ -1,0 +1,80 @@
+#include "runtime/thread_pool.h"
+
+#include <algorithm>
+
+namespace minimakv {
+namespace {
+// Spin iterations before a worker sleeps on the condition variable (~tens of microseconds).
+constexpr int kSpinIterations = 20000;
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::RunChunks() {
+  while (true) {
+    const int64_t c = next_chunk_.fetch_add(1);
+    if (c >= num_chunks_) return;
+    const int64_t begin = c * chunk_size_;
+    (*fn_)(begin, std::min(n_, begin + chunk_size_));
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  uint64_t seen = 0;
+  while (true) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+      ++spins;
+      std::this_thread::yield();
+    }
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_) return;
+    RunChunks();
+    pending_workers_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t grains = (n + grain - 1) / grain;
+  if (workers_.empty() || grains == 1) {
+    fn(0, n);
+    return;
+  }
+  // A few chunks per thread balances uneven work without much scheduling traffic.
+  const int64_t target_chunks = std::min<int64_t>(grains, int64_t(num_threads()) * 4);
+  const int64_t grains_per_chunk = (grains + target_chunks - 1) / target_chunks;
+  fn_ = &fn;
+  n_ = n;
+  chunk_size_ = grains_per_chunk * grain;
+  num_chunks_ = (n + chunk_size_ - 1) / chunk_size_;
+  next_chunk_.store(0);
+  pending_workers_.store(int(workers_.size()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  RunChunks();
+  while (pending_workers_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  fn_ = nullptr;
+}
+
+}  // namespace minimakv

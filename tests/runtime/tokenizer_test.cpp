@@ -1,0 +1,94 @@
+#include "minimakv/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+
+#include "minimakv/gguf_reader.h"
+#include "runtime/gguf_test_writer.h"
+
+namespace minimakv {
+namespace {
+
+using testing::GgufTestWriter;
+
+std::unique_ptr<Tokenizer> TinyTokenizer(const std::string& pre) {
+  GgufTestWriter w;
+  w.AddString("tokenizer.ggml.model", "gpt2");
+  w.AddString("tokenizer.ggml.pre", pre);
+  // 0..2 control tokens, then a tiny byte-level vocabulary (Ġ is the GPT-2 symbol of the space byte).
+  w.AddStringArray("tokenizer.ggml.tokens", {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "c",
+                                             "\xC4\xA0", "ab", "abc", "\xC4\xA0" "ab", "1", "\xC4\x8A"});
+  w.AddI32Array("tokenizer.ggml.token_type", {3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  w.AddStringArray("tokenizer.ggml.merges", {"a b", "ab c", "\xC4\xA0 ab"});
+  w.AddU32("tokenizer.ggml.bos_token_id", 1);
+  w.AddU32("tokenizer.ggml.eos_token_id", 2);
+  w.AddString("tokenizer.chat_template",
+              "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+              "'<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
+              "'\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}");
+  const std::vector<uint8_t> bytes = w.Build();
+  std::unique_ptr<GgufFile> f;
+  EXPECT_TRUE(GgufFile::OpenBuffer(bytes.data(), bytes.size(), &f).ok());
+  std::unique_ptr<Tokenizer> tok;
+  const Status s = Tokenizer::FromGguf(*f, &tok);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return tok;
+}
+
+TEST(Tokenizer, PreTokenizerSplits) {
+  auto tok = TinyTokenizer("smollm");
+  using V = std::vector<std::string>;
+  EXPECT_EQ(tok->PreTokenize("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(tok->PreTokenize("a  b"), (V{"a", " ", " b"}));
+  EXPECT_EQ(tok->PreTokenize("abc 123x"), (V{"abc", " ", "1", "2", "3", "x"}));
+  EXPECT_EQ(tok->PreTokenize("it's we'll"), (V{"it", "'s", " we", "'ll"}));
+  EXPECT_EQ(tok->PreTokenize("x\n\ny"), (V{"x", "\n", "\n", "y"}));
+  EXPECT_EQ(tok->PreTokenize("a   "), (V{"a", "   "}));
+  EXPECT_EQ(tok->PreTokenize("f(x)!= 2"), (V{"f", "(", "x", ")!=", " ", "2"}));
+  EXPECT_EQ(tok->PreTokenize("caf\xC3\xA9 \xE6\x9D\xB1"), (V{"caf\xC3\xA9", " \xE6\x9D\xB1"}));
+  auto gpt2 = TinyTokenizer("gpt2");
+  EXPECT_EQ(gpt2->PreTokenize("abc 123x"), (V{"abc", " 123", "x"}));
+}
+
+TEST(Tokenizer, BpeMergesByRankAndSpecialTokens) {
+  auto tok = TinyTokenizer("smollm");
+  std::vector<int32_t> ids;
+  tok->Encode("abc ab", false, &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{8, 9}));
+  ids.clear();
+  tok->Encode("cab", false, &ids);  // c + ab
+  EXPECT_EQ(ids, (std::vector<int32_t>{5, 7}));
+  ids.clear();
+  tok->Encode("<|im_start|>ab<|im_end|>", true, &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 7, 2}));
+  ids.clear();
+  tok->Encode("<|im_end|>", false, &ids);  // control tokens are plain text without parse_special
+  EXPECT_NE(ids, (std::vector<int32_t>{2}));
+  EXPECT_EQ(tok->DecodeAll({8, 9, 11}), "abc ab\n");
+  EXPECT_EQ(tok->Decode(2), "");
+  EXPECT_EQ(tok->Decode(2, true), "<|im_end|>");
+  EXPECT_TRUE(tok->IsEndOfGeneration(2));
+  EXPECT_FALSE(tok->IsEndOfGeneration(7));
+}
+
+TEST(Tokenizer, ChatTemplateInsertsDefaultSystemTurn) {
+  auto tok = TinyTokenizer("smollm");
+  std::string text;
+  ASSERT_TRUE(tok->ApplyChatTemplate({{"user", "hi"}}, true, &text).ok());
+  EXPECT_EQ(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_TRUE(tok->ApplyChatTemplate({{"system", "S"}, {"user", "hi"}}, false, &text).ok());
+  EXPECT_EQ(text, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
+}
+
+TEST(Tokenizer, RejectsUnsupportedModels) {
+  GgufTestWriter w;
+  w.AddString("tokenizer.ggml.model", "llama");
+  const std::vector<uint8_t> bytes = w.Build();
+  std::unique_ptr<GgufFile> f;
+  ASSERT_TRUE(GgufFile::OpenBuffer(bytes.data(), bytes.size(), &f).ok());
+  std::unique_ptr<Tokenizer> tok;
+  EXPECT_EQ(Tokenizer::FromGguf(*f, &tok).code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace minimakv
