@@ -35,16 +35,16 @@ fi
 
 if [[ $MODE == bench || $MODE == all ]]; then
   echo "== benchmark ($(date -u +%H:%M:%S))"
-  "$BENCH" --csv "$OUT_DIR/decode_bench.csv" 2>&1 | tee "$OUT_DIR/bench.log" | tail -5
+  "$BENCH" --csv "$OUT_DIR/decode_bench.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" | grep -v "^qwen\|^llama"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
   if [[ -f "$ROOT/bench/cuda/torch_sdpa_bench.py" ]]; then
-    PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$OUT_DIR/torch_sdpa.csv" \
+    PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$OUT_DIR/torch_sdpa.csv" ${BENCH_ARGS:-} \
       > "$OUT_DIR/torch.log" 2>&1 || { tail -20 "$OUT_DIR/torch.log"; status=1; }
   fi
-  if [[ -f "$ROOT/bench/cuda/summarize.py" ]]; then
-    python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
-      | tee "$OUT_DIR/summary.txt"
-  fi
 fi
-echo "== done ($(date -u +%H:%M:%S)) status=$status"
+echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped})"
+if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then
+  python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
+    | tee "$OUT_DIR/summary.txt"
+fi
 exit $status

@@ -1,1 +1,376 @@
-int main(){return 0;}
+// Decode-step benchmark of the CUDA kernels (plain executable, CUDA events). For each shape, context, batch and
+// format: median time of one decode step (CudaDecodeRun: query rotation, partial kernels, merge) over many runs,
+// L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
+// this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
+// Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick]
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "minimakv/cuda_attention.h"
+#include "minimakv/cuda_cache_ops.h"
+#include "minimakv/page_layout.h"
+
+using namespace minimakv;
+
+#define CUDA_OK(expr)                                                                            \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "FATAL %s:%d: %s -> %s\n", __FILE__, __LINE__, #expr,                 \
+                   cudaGetErrorString(e_));                                                      \
+      std::exit(2);                                                                              \
+    }                                                                                            \
+  } while (0)
+#define STATUS_OK(expr)                                                                          \
+  do {                                                                                           \
+    Status s_ = (expr);                                                                          \
+    if (!s_.ok()) {                                                                              \
+      std::fprintf(stderr, "FATAL %s:%d: %s\n", __FILE__, __LINE__, s_.ToString().c_str());      \
+      std::exit(2);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+namespace {
+
+constexpr size_t kFlushBytes = size_t(256) << 20;  // > 4x the 60 MB L2
+constexpr int kPageTokens = 64;
+constexpr int kAnchorTokens = 256;   // Minima mix: first tokens stay FP8 (anchors)
+constexpr int kRecentTokens = 1024;  // and the recent window
+
+__device__ inline uint32_t Hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return uint32_t(x);
+}
+
+// Fills a pool with valid random pages: random codes (E4M3 NaN codes avoided, bf16 values in [-2, 2]) and
+// finite scales, so timings see real data (never zeros).
+__global__ void FillPoolKernel(uint8_t* pool, size_t pool_bytes, PageLayout layout, uint64_t salt) {
+  const size_t page_bytes = layout.page_bytes();
+  const size_t scales_begin = 2 * layout.vectors() * layout.code_bytes();
+  for (size_t w = size_t(blockIdx.x) * blockDim.x + threadIdx.x; w < pool_bytes / 4;
+       w += size_t(gridDim.x) * blockDim.x) {
+    const size_t offset = (w * 4) % page_bytes;
+    uint32_t value = Hash(w * 0x9E3779B97F4A7C15ull + salt);
+    if (offset >= scales_begin) {
+      if (layout.format == KvFormat::kFp8) {
+        value = __float_as_uint(0.004f + float(value & 0xFFFF) * 1e-7f);  // fp32 scale
+      } else {
+        const uint16_t h0 = __half_as_ushort(__float2half_rn(0.05f + float(value & 0xFF) * 1e-4f));
+        const uint16_t h1 = __half_as_ushort(__float2half_rn(0.05f + float((value >> 8) & 0xFF) * 1e-4f));
+        value = uint32_t(h0) | (uint32_t(h1) << 16);  // two fp16 scales
+      }
+    } else if (layout.format == KvFormat::kBf16) {
+      const float a = (float(value & 0xFFFF) / 65535.0f - 0.5f) * 4.0f;
+      const float b = (float(value >> 16) / 65535.0f - 0.5f) * 4.0f;
+      value = (__float_as_uint(a) >> 16) | (__float_as_uint(b) & 0xFFFF0000u);
+    } else if (layout.format == KvFormat::kFp8) {
+      value &= 0xF7F7F7F7u;  // clears bit 3 of each code: never 0x7F / 0xFF (NaN)
+    }
+    reinterpret_cast<uint32_t*>(pool)[w] = value;
+  }
+}
+
+__global__ void ReadBandwidthKernel(const uint4* data, size_t count, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(data + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads alive
+}
+
+struct Pool {
+  PageLayout layout;
+  uint8_t* d_pages = nullptr;
+  int num_pages = 0;
+};
+
+Pool MakePool(KvFormat format, int kv_heads, int head_dim, int num_pages, uint64_t salt) {
+  Pool pool;
+  pool.layout = PageLayout{format, kv_heads, head_dim, kPageTokens};
+  pool.num_pages = num_pages;
+  if (num_pages == 0) return pool;
+  const size_t bytes = pool.layout.page_bytes() * size_t(num_pages);
+  CUDA_OK(cudaMalloc(&pool.d_pages, bytes));
+  FillPoolKernel<<<132 * 16, 256>>>(pool.d_pages, bytes, pool.layout, salt);
+  CUDA_OK(cudaGetLastError());
+  return pool;
+}
+
+// A view over `tokens_per_seq` tokens of each sequence on shuffled pages of the pool, starting at page `first`.
+struct View {
+  std::vector<int32_t> indptr, ids, last;
+  int32_t *d_indptr = nullptr, *d_ids = nullptr, *d_last = nullptr;
+};
+
+View MakeView(int batch, int tokens_per_seq, int pool_pages, std::mt19937_64& rng) {
+  View v;
+  const int pages = (tokens_per_seq + kPageTokens - 1) / kPageTokens;
+  std::vector<int32_t> perm(pool_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  v.indptr.push_back(0);
+  for (int s = 0; s < batch; ++s) {
+    for (int p = 0; p < pages; ++p) v.ids.push_back(perm[size_t(s) * pages + p]);
+    v.indptr.push_back(int32_t(v.ids.size()));
+    v.last.push_back(tokens_per_seq - (pages - 1) * kPageTokens);
+  }
+  CUDA_OK(cudaMalloc(&v.d_indptr, v.indptr.size() * 4));
+  CUDA_OK(cudaMalloc(&v.d_ids, std::max<size_t>(1, v.ids.size()) * 4));
+  CUDA_OK(cudaMalloc(&v.d_last, v.last.size() * 4));
+  CUDA_OK(cudaMemcpy(v.d_indptr, v.indptr.data(), v.indptr.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(v.d_ids, v.ids.data(), v.ids.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(v.d_last, v.last.data(), v.last.size() * 4, cudaMemcpyHostToDevice));
+  return v;
+}
+void FreeView(View& v) {
+  CUDA_OK(cudaFree(v.d_indptr));
+  CUDA_OK(cudaFree(v.d_ids));
+  CUDA_OK(cudaFree(v.d_last));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Timer {
+  cudaEvent_t start, stop;
+  Timer() {
+    CUDA_OK(cudaEventCreate(&start));
+    CUDA_OK(cudaEventCreate(&stop));
+  }
+  ~Timer() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+};
+
+struct Shape {
+  const char* name;
+  int num_q_heads, kv_heads, head_dim;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* csv_path = nullptr;
+  int runs = 30;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  const int sm_count = prop.multiProcessorCount;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  Timer timer;
+  uint8_t* d_flush;
+  CUDA_OK(cudaMalloc(&d_flush, kFlushBytes));
+  auto flush_l2 = [&]() { CUDA_OK(cudaMemsetAsync(d_flush, 0, kFlushBytes, stream)); };
+  auto time_once = [&](auto&& fn) {
+    flush_l2();
+    CUDA_OK(cudaEventRecord(timer.start, stream));
+    fn();
+    CUDA_OK(cudaEventRecord(timer.stop, stream));
+    CUDA_OK(cudaEventSynchronize(timer.stop));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, timer.start, timer.stop));
+    return double(ms) * 1000.0;
+  };
+
+  // ---- read bandwidth, measured here: xor-reduce 4 GiB with 16-byte loads.
+  double read_gbps = 0;
+  {
+    const size_t bytes = size_t(4) << 30;
+    uint8_t* d_buf;
+    uint32_t* d_sink;
+    CUDA_OK(cudaMalloc(&d_buf, bytes));
+    CUDA_OK(cudaMalloc(&d_sink, 4));
+    FillPoolKernel<<<132 * 16, 256>>>(d_buf, bytes, PageLayout{KvFormat::kTq3, 1, 128, 64}, 1);
+    std::vector<double> t;
+    for (int r = 0; r < 15; ++r) {
+      t.push_back(time_once([&] {
+        ReadBandwidthKernel<<<sm_count * 8, 512, 0, stream>>>(reinterpret_cast<const uint4*>(d_buf), bytes / 16,
+                                                               d_sink);
+      }));
+    }
+    read_gbps = double(bytes) / Median(t) * 1e-3;
+    CUDA_OK(cudaFree(d_buf));
+    CUDA_OK(cudaFree(d_sink));
+  }
+  std::printf("device %s, %d SMs, measured read bandwidth %.0f GB/s\n", prop.name, sm_count, read_gbps);
+
+  FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  if (csv) {
+    std::fprintf(csv, "kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps\n");
+  }
+  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256}, {"llama3-8b", 32, 8, 128}};
+  std::vector<int> contexts = {8192, 32768, 65536, 131072};
+  std::vector<int> batches = {1, 8, 32};
+  if (quick) {
+    contexts = {32768};
+    batches = {8};
+  }
+  std::mt19937_64 rng(7);
+  const size_t kMemoryBudget = size_t(100) << 30;  // leave room on the 141 GB card
+  for (const Shape& shape : shapes) {
+    for (int ctx : contexts) {
+      for (int batch : batches) {
+        const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
+        if (bf16_bytes * 2 > kMemoryBudget) {
+          std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);
+          continue;
+        }
+        const int pages_per_seq = ctx / kPageTokens;
+        const int fp8_mix_tokens = kAnchorTokens + kRecentTokens;
+        const int tq3_mix_tokens = ctx - fp8_mix_tokens;
+        Pool bf16 = MakePool(KvFormat::kBf16, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 11);
+        Pool fp8 = MakePool(KvFormat::kFp8, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 12);
+        Pool tq3 = MakePool(KvFormat::kTq3, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 13);
+        View full_bf16 = MakeView(batch, ctx, bf16.num_pages, rng);
+        View full_fp8 = MakeView(batch, ctx, fp8.num_pages, rng);
+        View full_tq3 = MakeView(batch, ctx, tq3.num_pages, rng);
+        View mix_fp8 = MakeView(batch, fp8_mix_tokens, fp8.num_pages, rng);
+        View mix_tq3 = MakeView(batch, tq3_mix_tokens, tq3.num_pages, rng);
+
+        const size_t q_floats = size_t(batch) * shape.num_q_heads * shape.head_dim;
+        float *d_q, *d_out, *d_lse;
+        CUDA_OK(cudaMalloc(&d_q, q_floats * 4));
+        CUDA_OK(cudaMalloc(&d_out, q_floats * 4));
+        CUDA_OK(cudaMalloc(&d_lse, size_t(batch) * shape.num_q_heads * 4));
+        {
+          std::vector<float> q(q_floats);
+          std::normal_distribution<float> normal(0.0f, 1.0f);
+          for (float& x : q) x = normal(rng);
+          CUDA_OK(cudaMemcpy(d_q, q.data(), q_floats * 4, cudaMemcpyHostToDevice));
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+
+        struct Variant {
+          const char* name;
+          std::vector<std::pair<const Pool*, const View*>> parts;
+        };
+        const Variant variants[] = {{"bf16", {{&bf16, &full_bf16}}},
+                                    {"fp8", {{&fp8, &full_fp8}}},
+                                    {"tq3", {{&tq3, &full_tq3}}},
+                                    {"mix", {{&fp8, &mix_fp8}, {&tq3, &mix_tq3}}}};
+        for (const Variant& variant : variants) {
+          CudaDecodeShape dshape{batch, shape.num_q_heads, shape.kv_heads, shape.head_dim,
+                                 1.0f / std::sqrt(float(shape.head_dim)), 42};
+          std::vector<CudaViewLengths> lengths;
+          std::vector<PagedKvView> views;
+          size_t kv_bytes = 0;
+          for (const auto& [pool, view] : variant.parts) {
+            lengths.push_back({pool->layout.format, kPageTokens, view->indptr.data(), view->last.data()});
+            PagedKvView pv;
+            pv.layout = pool->layout;
+            pv.pages = pool->d_pages;
+            pv.num_seqs = batch;
+            pv.page_indptr = view->d_indptr;
+            pv.page_ids = view->d_ids;
+            pv.last_page_tokens = view->d_last;
+            views.push_back(pv);
+            for (int s = 0; s < batch; ++s) {
+              const int64_t tokens = int64_t(view->indptr[s + 1] - view->indptr[s] - 1) * kPageTokens + view->last[s];
+              kv_bytes += size_t(tokens) * shape.kv_heads * 2 * BytesPerVector(pool->layout.format, shape.head_dim);
+            }
+          }
+          CudaDecodePlan plan;
+          STATUS_OK(CudaDecodePlan::Create(dshape, lengths.data(), int(lengths.size()), sm_count, &plan));
+          void* d_ws;
+          CUDA_OK(cudaMalloc(&d_ws, std::max<size_t>(plan.workspace_bytes(), 256)));
+          STATUS_OK(plan.Upload(d_ws, stream));
+          PartialStatesOut out{d_out, d_lse};
+          auto step = [&] { STATUS_OK(CudaDecodeRun(plan, views.data(), int(views.size()), d_q, d_ws, out, stream)); };
+          auto merge = [&] { STATUS_OK(CudaDecodeMerge(plan, d_ws, out, stream)); };
+          for (int w = 0; w < 3; ++w) time_once(step);
+          std::vector<double> t, tm;
+          for (int r = 0; r < runs; ++r) t.push_back(time_once(step));
+          for (int r = 0; r < std::max(5, runs / 3); ++r) tm.push_back(time_once(merge));
+          const double us = Median(t);
+          const double gbps = double(kv_bytes) / us * 1e-3;
+          std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge %6.1f us"
+                      "  items %d\n",
+                      shape.name, ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
+                      Median(tm), plan.total_items());
+          if (csv) {
+            std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f\n", shape.name, ctx, batch,
+                         variant.name, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, Median(tm), plan.total_items(),
+                         read_gbps);
+            std::fflush(csv);
+          }
+          CUDA_OK(cudaFree(d_ws));
+        }
+        for (View* v : {&full_bf16, &full_fp8, &full_tq3, &mix_fp8, &mix_tq3}) FreeView(*v);
+        for (Pool* p : {&bf16, &fp8, &tq3}) CUDA_OK(cudaFree(p->d_pages));
+        CUDA_OK(cudaFree(d_q));
+        CUDA_OK(cudaFree(d_out));
+        CUDA_OK(cudaFree(d_lse));
+      }
+    }
+  }
+
+  // ---- conversion throughput: FP8 pages -> TQ3 pages (distinct pages, shuffled).
+  for (const Shape& shape : shapes) {
+    const int pages = 8192;
+    Pool fp8 = MakePool(KvFormat::kFp8, shape.kv_heads, shape.head_dim, pages, 21);
+    Pool tq3 = MakePool(KvFormat::kTq3, shape.kv_heads, shape.head_dim, pages, 22);
+    std::vector<CudaConvertPair> pairs(pages);
+    std::vector<int32_t> dst(pages);
+    std::iota(dst.begin(), dst.end(), 0);
+    std::shuffle(dst.begin(), dst.end(), rng);
+    for (int i = 0; i < pages; ++i) pairs[i] = {i, dst[i], kPageTokens};
+    CudaConvertPair* d_pairs;
+    int32_t* d_flag;
+    CUDA_OK(cudaMalloc(&d_pairs, pages * sizeof(CudaConvertPair)));
+    CUDA_OK(cudaMalloc(&d_flag, 4));
+    CUDA_OK(cudaMemcpy(d_pairs, pairs.data(), pages * sizeof(CudaConvertPair), cudaMemcpyHostToDevice));
+    CudaConvertArgs args;
+    args.fp8_layout = fp8.layout;
+    args.tq3_layout = tq3.layout;
+    args.d_fp8_pages = fp8.d_pages;
+    args.d_tq3_pages = tq3.d_pages;
+    args.d_pairs = d_pairs;
+    args.num_pairs = pages;
+    args.rotation_seed = 42;
+    args.d_error_flag = d_flag;
+    auto convert = [&] { STATUS_OK(CudaConvertFp8ToTq3(args, stream)); };
+    time_once(convert);
+    std::vector<double> t;
+    for (int r = 0; r < 10; ++r) t.push_back(time_once(convert));
+    const double us = Median(t);
+    const size_t bytes = size_t(pages) * (fp8.layout.payload_bytes() + tq3.layout.payload_bytes());
+    std::printf("convert %-12s %d pages of %d tokens: %.1f us, %.2f M pages/s, %.0f GB/s (fp8 read + tq3 written)\n",
+                shape.name, pages, kPageTokens, us, pages / us, double(bytes) / us * 1e-3);
+    if (csv) {
+      std::fprintf(csv, "convert,%s,%d,%d,fp8->tq3,%.2f,%zu,%.1f,%.2f,0,0,%.1f\n", shape.name, kPageTokens, pages, us,
+                   bytes, double(bytes) / us * 1e-3, 100.0 * (double(bytes) / us * 1e-3) / read_gbps, read_gbps);
+    }
+    CUDA_OK(cudaFree(d_pairs));
+    CUDA_OK(cudaFree(d_flag));
+    CUDA_OK(cudaFree(fp8.d_pages));
+    CUDA_OK(cudaFree(tq3.d_pages));
+  }
+  if (csv) std::fclose(csv);
+  CUDA_OK(cudaFree(d_flush));
+  return 0;
+}

@@ -80,6 +80,7 @@ class CudaDecodePlan {
  private:
   friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
                               PartialStatesOut, cudaStream_t);
+  friend Status CudaDecodeMerge(const CudaDecodePlan&, void*, PartialStatesOut, cudaStream_t);
   CudaDecodeShape shape_;
   int num_views_ = 0;
   KvFormat formats_[kCudaMaxViews] = {};
@@ -103,5 +104,9 @@ class CudaDecodePlan {
 // lengths); their pointers are device memory. d_q: [num_seqs][num_q_heads][head_dim] fp32, device.
 Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
                      void* d_workspace, PartialStatesOut out, cudaStream_t stream);
+
+// Only the last kernel of CudaDecodeRun: merges the partial states already in d_workspace (left there by a
+// CudaDecodeRun with the same plan) into out. For benchmarks (the merge's share of a step) and re-merging.
+Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 
 }  // namespace minimakv

@@ -37,6 +37,13 @@ constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k
 constexpr int kMinChunkTokens = 256;    // smallest page chunk a CTA takes (keeps the merge small)
 constexpr int kMergeWarps = 4;
 constexpr size_t kWorkspaceAlign = 256;
+// TQ3 centroids enter the MMA as fp16. Plain fp16(c) is off by up to 2.4e-4 relative, which large attention
+// logits amplify; alpha * c for this alpha (found by a search over [1, 2)) lands within 1.27e-5 of fp16 values
+// for all four magnitudes, so the tables hold fp16(alpha * c) and the per-vector scales are divided by alpha.
+constexpr float kTq3CentroidAlpha = 1.1445045f;
+// fp16 probabilities are scaled by 2^14 (folded into v_unit) so that p * scale / max_scale stays in the normal
+// fp16 range instead of underflowing to subnormals.
+constexpr float kProbScale = 16384.0f;
 
 Status CudaError(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::Ok();
@@ -116,7 +123,7 @@ __device__ inline Tq3Tables MakeTq3Tables() {
   Tq3Tables t{0, 0, 0};
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
-    const uint32_t bits = __half_as_ushort(__float2half_rn(Tq3Magnitude(m)));
+    const uint32_t bits = __half_as_ushort(__float2half_rn(kTq3CentroidAlpha * Tq3Magnitude(m)));
     t.lo |= (bits & 0xFFu) << (8 * m);
     t.hi_pos |= (bits >> 8) << (8 * m);
   }
@@ -239,12 +246,14 @@ __device__ inline void LoadExpandV(const uint8_t* vec, int g, const Tq3Tables& t
   }
 }
 
+// The per-vector scale as the kernel uses it (TQ3: divided by the centroid alpha of the fp16 tables).
 template <KvFormat kFormat>
 __device__ inline float LoadScale(const uint8_t* page, size_t offset) {
   if constexpr (kFormat == KvFormat::kFp8) {
     return __ldg(reinterpret_cast<const float*>(page + offset));
   } else {
-    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(page + offset))));
+    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(page + offset)))) *
+           (1.0f / kTq3CentroidAlpha);
   }
 }
 
@@ -391,8 +400,9 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
       v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 1));
       v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 2));
       if (v_max > 0.0f) {
-        ratio = v_unit / v_max;
-        v_unit = v_max;
+        const float new_unit = v_max * (1.0f / kProbScale);
+        ratio = v_unit / new_unit;
+        v_unit = new_unit;
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) prob[i] *= v_scale[i] / v_unit;
@@ -722,17 +732,6 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
   const int rows = shape.num_seqs * shape.num_q_heads;
   const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
 
-  MergeParams merge{};
-  merge.part_out = part_out;
-  merge.part_lse = part_lse;
-  merge.tq3_view = -1;
-  merge.num_views = num_views;
-  merge.num_seqs = shape.num_seqs;
-  merge.num_q_heads = shape.num_q_heads;
-  merge.out = out.out;
-  merge.lse_log2 = out.lse_log2;
-  merge.signs = signs;
-  merge.inv_sqrt_dim = inv_sqrt_dim;
 
   for (int v = 0; v < num_views; ++v) {
     const PagedKvView& view = views[v];
@@ -742,11 +741,8 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
       return Status::InvalidArgument("view " + std::to_string(v) +
                                      " does not match the plan (format, page_tokens, kv_heads, head_dim, num_seqs)");
     }
-    merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);
-    merge.item_offset[v] = plan.item_offset_[v];
     const bool is_tq3 = layout.format == KvFormat::kTq3;
     if (is_tq3) {
-      merge.tq3_view = v;
       if (shape.head_dim == 256) {
         RotateQueryKernel<256><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(d_q, q_rot, rows, signs,
                                                                                     inv_sqrt_dim);
@@ -780,6 +776,34 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
           LaunchPartialFor<128>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream));
     }
   }
+  return CudaDecodeMerge(plan, d_workspace, out, stream);
+}
+
+Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
+  const CudaDecodeShape& shape = plan.shape_;
+  if (shape.num_seqs == 0) return Status::Ok();
+  if (d_workspace == nullptr || out.out == nullptr || out.lse_log2 == nullptr) {
+    return Status::InvalidArgument("CudaDecodeMerge: null workspace or output pointer");
+  }
+  uint8_t* ws = static_cast<uint8_t*>(d_workspace);
+  MergeParams merge{};
+  merge.part_out = reinterpret_cast<const float*>(ws + plan.part_out_offset_bytes_);
+  merge.part_lse = reinterpret_cast<const float*>(ws + plan.part_lse_offset_bytes_);
+  merge.tq3_view = -1;
+  merge.num_views = plan.num_views_;
+  merge.num_seqs = shape.num_seqs;
+  merge.num_q_heads = shape.num_q_heads;
+  merge.out = out.out;
+  merge.lse_log2 = out.lse_log2;
+  merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
+  merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
+  for (int v = 0; v < plan.num_views_; ++v) {
+    merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);
+    merge.item_offset[v] = plan.item_offset_[v];
+    if (plan.formats_[v] == KvFormat::kTq3) merge.tq3_view = v;
+  }
+  const int rows = shape.num_seqs * shape.num_q_heads;
+  const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
   if (shape.head_dim == 256) {
     MergeKernel<256><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(merge);
   } else {

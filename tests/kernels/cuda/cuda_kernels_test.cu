@@ -94,9 +94,10 @@ struct GuardedBuffer {
 };
 
 // Random head vector: normal values with a per-vector magnitude over several decades, sometimes all zero.
-void RandomVector(std::mt19937_64& rng, int d, float* x, bool allow_zero = true) {
+void RandomVector(std::mt19937_64& rng, int d, float* x, bool allow_zero = true, float min_log10 = -3.0f,
+                  float max_log10 = 2.0f) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> log_mag(-3.0f, 2.0f);
+  std::uniform_real_distribution<float> log_mag(min_log10, max_log10);
   const float magnitude = std::pow(10.0f, log_mag(rng));
   const bool zero = allow_zero && (rng() % 29 == 0);
   for (int i = 0; i < d; ++i) x[i] = zero ? 0.0f : normal(rng) * magnitude;
@@ -417,7 +418,8 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
         for (int tok = 0; tok < valid; ++tok) {
           for (int h = 0; h < c.kv_heads; ++h) {
             for (int kv = 0; kv < 2; ++kv) {
-              RandomVector(rng, d, x.data());
+              // Per-token magnitudes over 3 decades (1e-2 .. 10): attention logits up to a few tens.
+              RandomVector(rng, d, x.data(), true, -2.0f, 1.0f);
               STATUS_OK(EncodeInto(v.layout, &rotation, v.image.data() + size_t(id) * v.layout.page_bytes(), h,
                                    tok, kv == 1, x.data()));
             }
@@ -441,7 +443,7 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   std::vector<float> q(q_count);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (size_t row = 0; row < q_count / d; ++row) {
-    const float gain = (row % 3 == 0) ? 40.0f : (row % 3 == 1) ? 3.0f : 0.3f;
+    const float gain = (row % 3 == 0) ? 3.0f : (row % 3 == 1) ? 1.0f : 0.3f;
     for (int i = 0; i < d; ++i) q[row * d + i] = normal(rng) * gain;
   }
 
@@ -541,11 +543,15 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
           mx = std::max(mx, score[k]);
         }
         double sum = 0.0;
+        double row_scale2 = 0.0;  // sum_k p_k |v_k|^2: the natural scale of a convex combination of the v_k
         std::fill(ref.begin(), ref.end(), 0.0);
         for (size_t k = 0; k < keys.size(); ++k) {
           const double w = std::exp(score[k] - mx);
           sum += w;
-          for (int i = 0; i < d; ++i) ref[i] += w * vals[k][i];
+          for (int i = 0; i < d; ++i) {
+            ref[i] += w * vals[k][i];
+            row_scale2 += w * double(vals[k][i]) * vals[k][i];
+          }
         }
         double row_err = 0.0, row_ref = 0.0;
         for (int i = 0; i < d; ++i) {
@@ -553,9 +559,10 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
           row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
           row_ref += ref[i] * ref[i];
         }
+        row_scale2 /= sum;
         err2 += row_err;
         ref2 += row_ref;
-        if (row_ref > 0) worst_row = std::max(worst_row, std::sqrt(row_err / row_ref));
+        if (row_scale2 > 0) worst_row = std::max(worst_row, std::sqrt(row_err / row_scale2));
         const double ref_lse = (mx + std::log(sum)) / std::log(2.0);
         worst_lse = std::max(worst_lse, std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
       }
@@ -564,7 +571,7 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
   CHECK(nonfinite == 0, "%s: %d non-finite outputs", name.c_str(), nonfinite);
   CHECK(rel <= 1e-3, "%s: relative L2 %.3g > 1e-3", name.c_str(), rel);
-  CHECK(worst_row <= 2e-3, "%s: worst row relative L2 %.3g > 2e-3", name.c_str(), worst_row);
+  CHECK(worst_row <= 1e-3, "%s: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), worst_row);
   CHECK(worst_lse <= 1e-4, "%s: worst lse relative error %.3g > 1e-4", name.c_str(), worst_lse);
   CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
         name.c_str());

@@ -1,0 +1,48 @@
+"""Summary table of the CUDA decode bench + torch SDPA CSVs (printed last by scripts/gpu_check_and_bench.sh)."""
+import csv
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def main():
+    ours = load(sys.argv[1])
+    torch_rows = load(sys.argv[2]) if len(sys.argv) > 2 else []
+    torch_us = {(r["shape"], r["context"], r["batch"]): float(r["time_us"]) for r in torch_rows}
+    table = {}
+    read_bw = None
+    for r in ours:
+        if r["kind"] != "decode":
+            continue
+        read_bw = r["read_bw_gbps"]
+        table.setdefault((r["shape"], r["context"], r["batch"]), {})[r["format"]] = r
+    print(f"\nSUMMARY (decode step, median us; %BW = GB/s over the read bandwidth measured in the same run, {read_bw} GB/s)")
+    hdr = (f"{'shape':12s} {'ctx':>6s} {'b':>2s} | {'bf16 us':>8s} {'%BW':>4s} | {'fp8 us':>7s} {'%BW':>4s} | "
+           f"{'tq3 us':>7s} {'%BW':>4s} | {'mix us':>7s} {'%BW':>4s} {'merge%':>6s} | {'torch us':>8s} | "
+           f"{'mix/bf16':>8s} {'mix/torch':>9s} {'bf16/torch':>10s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for key, fm in table.items():
+        def cell(fmt):
+            r = fm.get(fmt)
+            return (float(r["time_us"]), float(r["pct_read_bw"])) if r else (float("nan"), float("nan"))
+        b, f8, t3, mx = cell("bf16"), cell("fp8"), cell("tq3"), cell("mix")
+        merge_pct = 100.0 * float(fm["mix"]["merge_us"]) / mx[0] if "mix" in fm else float("nan")
+        tu = torch_us.get(key, float("nan"))
+        print(f"{key[0]:12s} {int(key[1]):6d} {int(key[2]):2d} | {b[0]:8.1f} {b[1]:4.0f} | {f8[0]:7.1f} {f8[1]:4.0f} | "
+              f"{t3[0]:7.1f} {t3[1]:4.0f} | {mx[0]:7.1f} {mx[1]:4.0f} {merge_pct:6.1f} | {tu:8.1f} | "
+              f"{b[0] / mx[0]:7.2f}x {tu / mx[0]:8.2f}x {tu / b[0]:9.2f}x")
+    for r in ours:
+        if r["kind"] == "convert":
+            print(f"convert fp8->tq3 {r['shape']}: {r['batch']} pages of {r['context']} tokens in {float(r['time_us']):.0f} us "
+                  f"= {int(r['batch']) / float(r['time_us']):.2f} M pages/s, {float(r['gbps']):.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

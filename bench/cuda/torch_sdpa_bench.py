@@ -1,0 +1,52 @@
+"""torch scaled_dot_product_attention decode on dense contiguous BF16 K/V: the peer baseline of the CUDA bench.
+
+Same shapes, contexts and batches as bench/cuda/cuda_decode_bench.cu; one query token per sequence, GQA through
+enable_gqa (no K/V expansion). Timed with triton.testing.do_bench (median, L2 flushed between runs).
+Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick]
+"""
+import argparse
+import csv
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+SHAPES = [("qwen3.6-27b", 24, 4, 256), ("llama3-8b", 32, 8, 128)]
+MEMORY_BUDGET_BYTES = 100 << 30
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--csv", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    contexts = [32768] if args.quick else [8192, 32768, 65536, 131072]
+    batches = [8] if args.quick else [1, 8, 32]
+    rows = []
+    for name, hq, hkv, d in SHAPES:
+        for ctx in contexts:
+            for batch in batches:
+                kv_bytes = batch * ctx * hkv * d * 2 * 2
+                if kv_bytes * 2 > MEMORY_BUDGET_BYTES:
+                    continue
+                q = torch.randn(batch, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                fn()
+                torch.cuda.synchronize()
+                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                us = ms * 1000.0
+                gbps = kv_bytes / us * 1e-3
+                print(f"torch sdpa {name:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
+                rows.append(["torch_sdpa", name, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
+                del q, k, v
+                torch.cuda.empty_cache()
+    with open(args.csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["kind", "shape", "context", "batch", "format", "time_us", "kv_bytes", "gbps"])
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
