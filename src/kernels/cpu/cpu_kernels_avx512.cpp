@@ -160,24 +160,28 @@ struct Tq3Lanes {
   static int Coordinate(int c) { return c; }
   struct State {
     __m512 magnitude[4];
+    __m512i sign_bit;
   };
   MINIMAKV_AVX512_TARGET static State MakeState() {
     State s;
     for (int m = 0; m < 4; ++m) s.magnitude[m] = _mm512_set1_ps(Tq3Magnitude(m));
+    s.sign_bit = _mm512_set1_epi32(int(0x80000000u));
     return s;
   }
   MINIMAKV_AVX512_TARGET static void Unpack(const State& s, const uint8_t* codes, int step, __m512 (&out)[kChunks]) {
     // Group `step` is three little-endian uint32 bit planes (tq3_codec.h); each 16-bit half is a lane mask.
     const uint8_t* group = codes + 12 * step;
     for (int half = 0; half < 2; ++half) {
-      uint16_t bit0, bit1, sign;
+      // Mask registers loaded straight from memory (kmovw k, m16: a load, no ALU port).
+      __mmask16 bit0, bit1, sign;
       std::memcpy(&bit0, group + 2 * half, sizeof bit0);
       std::memcpy(&bit1, group + 4 + 2 * half, sizeof bit1);
       std::memcpy(&sign, group + 8 + 2 * half, sizeof sign);
-      const __m512 low = _mm512_mask_blend_ps(__mmask16(bit0), s.magnitude[0], s.magnitude[1]);
-      const __m512 high = _mm512_mask_blend_ps(__mmask16(bit0), s.magnitude[2], s.magnitude[3]);
-      const __m512 magnitude = _mm512_mask_blend_ps(__mmask16(bit1), low, high);
-      out[half] = _mm512_mask_sub_ps(magnitude, __mmask16(sign), _mm512_setzero_ps(), magnitude);
+      const __m512 low = _mm512_mask_blend_ps(bit0, s.magnitude[0], s.magnitude[1]);
+      const __m512 high = _mm512_mask_blend_ps(bit0, s.magnitude[2], s.magnitude[3]);
+      const __m512 magnitude = _mm512_mask_blend_ps(bit1, low, high);
+      out[half] = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(magnitude), sign,
+                                                            _mm512_castps_si512(magnitude), s.sign_bit));
     }
   }
 };
@@ -204,6 +208,20 @@ inline float VectorScale(const uint8_t* scale_bytes) {
     return Fp16ToFloat(scale);
   } else {
     return 1.0f;
+  }
+}
+
+// scales[0..n) as fp32: FP8 stores fp32, TQ3 fp16 (converted 16 at a time).
+template <typename Codec>
+MINIMAKV_AVX512_TARGET void LoadScales(const uint8_t* stored, int n, float* scales) {
+  if constexpr (Codec::kFormat == KvFormat::kTq3) {
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      _mm512_storeu_ps(scales + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(stored + 2 * j))));
+    }
+    for (; j < n; ++j) scales[j] = VectorScale<Codec>(stored + 2 * size_t(j));
+  } else {
+    std::memcpy(scales, stored, sizeof(float) * size_t(n));
   }
 }
 
@@ -361,10 +379,8 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
       if constexpr (kHasScales) {
         const uint8_t* k_scales = page + layout.k_scale_offset(task.kv_head, t0);
         const uint8_t* v_scales = page + layout.v_scale_offset(task.kv_head, t0);
-        for (int j = 0; j < n; ++j) {
-          ws.key_scale[j] = VectorScale<Codec>(k_scales + size_t(j) * layout.scale_bytes());
-          ws.value_scale[j] = VectorScale<Codec>(v_scales + size_t(j) * layout.scale_bytes());
-        }
+        LoadScales<Codec>(k_scales, n, ws.key_scale);
+        LoadScales<Codec>(v_scales, n, ws.value_scale);
       }
       ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, n, d, ws);
       SoftmaxBlock<ROWS>(n, d, kHasScales, ws);

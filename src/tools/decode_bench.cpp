@@ -1,0 +1,204 @@
+#include "tools/decode_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <tuple>
+
+#include "minimakv/kv_format.h"
+#include "tools/machine_floors.h"
+
+namespace minimakv {
+namespace {
+
+// Fallback when the OS does not report the last-level cache size.
+constexpr size_t kFallbackLlcBytes = size_t(64) << 20;
+// The decode query is a Gaussian vector; sm_scale is the usual 1/sqrt(head_dim).
+
+double ProcessCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Payload bytes one step reads from a view: K and V codes + scales of every listed token (page slack unread).
+double ViewPayloadBytes(const SyntheticPool& pool) {
+  double tokens = 0.0;
+  for (int64_t n : pool.seq_tokens) tokens += double(n);
+  return tokens * pool.layout.kv_heads * 2.0 * double(BytesPerVector(pool.layout.format, pool.layout.head_dim));
+}
+
+}  // namespace
+
+Status LookupDecodeShape(const std::string& name, DecodeShape* shape) {
+  if (name == "llama-3.1-8b") {
+    *shape = {name, 32, 8, 128};
+  } else if (name == "qwen3.6-27b") {
+    *shape = {name, 24, 4, 256};
+  } else {
+    return Status::InvalidArgument("unknown shape '" + name + "' (known: llama-3.1-8b, qwen3.6-27b)");
+  }
+  return Status::Ok();
+}
+
+void FlushCpuCaches() {
+  static std::vector<uint8_t> buffer = [] {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const size_t llc_bytes = llc > 0 ? size_t(llc) : kFallbackLlcBytes;
+    return std::vector<uint8_t>(2 * llc_bytes, 1);
+  }();
+  // Reading every cache line evicts what was cached before. Reads, not writes: dirty lines would be written
+  // back during the timed step and charge it for traffic that is not its own.
+  static volatile uint8_t sink = 0;
+  uint8_t acc = 0;
+  for (size_t i = 0; i < buffer.size(); i += 64) acc ^= buffer[i];
+  sink = sink ^ acc;
+}
+
+Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path, int64_t context, int batch,
+                               const DecodeBenchConfig& config, std::unique_ptr<DecodeBenchCase>* out) {
+  if (context < 1 || batch < 1) {
+    return Status::InvalidArgument("context " + std::to_string(context) + " and batch " + std::to_string(batch) +
+                                   " must be >= 1");
+  }
+  std::unique_ptr<DecodeBenchCase> bench(new DecodeBenchCase());
+  bench->shape_ = shape;
+  MINIMAKV_RETURN_IF_ERROR(HadamardRotation::Create(shape.head_dim, HadamardRotation::kDefaultSeed, &bench->rotation_));
+  // Ranges per format for every sequence.
+  std::vector<std::pair<KvFormat, std::vector<TokenRange>>> tiers;
+  if (path == "bf16") {
+    tiers.push_back({KvFormat::kBf16, {{0, context}}});
+  } else if (path == "fp8") {
+    tiers.push_back({KvFormat::kFp8, {{0, context}}});
+  } else if (path == "tq3") {
+    tiers.push_back({KvFormat::kTq3, {{0, context}}});
+  } else if (path == "minima") {
+    std::vector<TokenRange> fp8, tq3;
+    SplitMinimaTiers(context, config.page_tokens, config.anchor_tokens, config.recent_tokens, &fp8, &tq3);
+    tiers.push_back({KvFormat::kFp8, fp8});
+    if (!tq3.empty()) tiers.push_back({KvFormat::kTq3, tq3});
+  } else {
+    return Status::InvalidArgument("unknown path '" + path + "' (known: bf16, fp8, tq3, minima)");
+  }
+  const size_t vector_floats = size_t(shape.kv_heads) * shape.head_dim;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    GaussianSource gauss(config.seed * 1000003u + i);
+    const KvSource source = [&gauss, vector_floats](int, int64_t, float* k, float* v) {
+      gauss.Fill(k, vector_floats);
+      gauss.Fill(v, vector_floats);
+    };
+    const std::vector<std::vector<TokenRange>> ranges(size_t(batch), tiers[i].second);
+    SyntheticPool pool;
+    const PageLayout layout{tiers[i].first, shape.kv_heads, shape.head_dim, config.page_tokens};
+    MINIMAKV_RETURN_IF_ERROR(BuildSyntheticPool(layout, &bench->rotation_, ranges, source, config.seed + 7 * i, &pool));
+    bench->kv_bytes_read_ += ViewPayloadBytes(pool);
+    bench->pools_.push_back(std::move(pool));
+  }
+  for (const SyntheticPool& pool : bench->pools_) bench->views_.push_back(pool.View());
+  bench->q_.resize(size_t(batch) * shape.q_heads * shape.head_dim);
+  GaussianSource gauss(config.seed + 99);
+  gauss.Fill(bench->q_.data(), bench->q_.size());
+  bench->out_.resize(bench->q_.size());
+  bench->lse_.resize(size_t(batch) * shape.q_heads);
+  for (int s = 0; s <= batch; ++s) bench->q_indptr_.push_back(s);
+  // QK and PV: 2 * head_dim multiply-adds per (query head, token).
+  bench->multiply_adds_ = 2.0 * double(shape.head_dim) * shape.q_heads * double(context) * batch;
+  *out = std::move(bench);
+  return Status::Ok();
+}
+
+Status DecodeBenchCase::Step(int threads) {
+  AttentionQueries queries;
+  queries.q = q_.data();
+  queries.q_indptr = q_indptr_.data();
+  queries.num_seqs = int(q_indptr_.size()) - 1;
+  queries.num_q_heads = shape_.q_heads;
+  queries.sm_scale = float(1.0 / std::sqrt(double(shape_.head_dim)));
+  CpuAttentionOptions options;
+  options.num_threads = threads;
+  return AttendMixedCpu(views_, queries, &rotation_, out_.data(), lse_.data(), options);
+}
+
+Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(const std::string&)>& progress,
+                      std::vector<DecodeBenchRow>* rows) {
+  DecodeShape shape;
+  MINIMAKV_RETURN_IF_ERROR(LookupDecodeShape(config.shape, &shape));
+  if (config.contexts.empty() || config.batches.empty() || config.threads.empty()) {
+    return Status::InvalidArgument("bench needs at least one context, batch and thread count");
+  }
+  for (int t : config.threads) {
+    if (t < 1) return Status::InvalidArgument("threads " + std::to_string(t) + " must be >= 1");
+  }
+  if (config.min_repeats < 1) return Status::InvalidArgument("min_repeats must be >= 1");
+  std::vector<std::string> paths = {"bf16"};
+  for (const std::string& p : config.paths) {
+    if (p != "bf16" && std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
+  }
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  std::map<int, MachineFloors> floors;
+  for (int t : config.threads) {
+    say("measuring machine floors (read bandwidth, FMA peak) on " + std::to_string(t) + " thread(s)");
+    MINIMAKV_RETURN_IF_ERROR(CachedMachineFloors(t, config.floor_buffer_bytes, &floors[t]));
+  }
+  rows->clear();
+  for (int64_t context : config.contexts) {
+    for (int batch : config.batches) {
+      std::map<int, double> bf16_us;
+      for (const std::string& path : paths) {
+        say("building " + path + " pages: " + config.shape + ", " + std::to_string(context) + " tokens x " +
+            std::to_string(batch) + " sequences");
+        std::unique_ptr<DecodeBenchCase> bench;
+        MINIMAKV_RETURN_IF_ERROR(DecodeBenchCase::Create(shape, path, context, batch, config, &bench));
+        for (int threads : config.threads) {
+          say("timing " + path + " on " + std::to_string(threads) + " thread(s)");
+          MINIMAKV_RETURN_IF_ERROR(bench->Step(threads));  // warm-up: page faults, thread start
+          std::vector<double> wall, cpu;
+          double total = 0.0;
+          while (int(wall.size()) < config.min_repeats || total < config.min_seconds) {
+            if (config.flush_caches) FlushCpuCaches();
+            const double cpu0 = ProcessCpuSeconds();
+            const auto t0 = std::chrono::steady_clock::now();
+            MINIMAKV_RETURN_IF_ERROR(bench->Step(threads));
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            cpu.push_back((ProcessCpuSeconds() - cpu0) / threads);
+            wall.push_back(seconds);
+            total += seconds;
+          }
+          DecodeBenchRow row;
+          row.shape = config.shape;
+          row.path = path;
+          row.context = context;
+          row.batch = batch;
+          row.threads = threads;
+          row.us_per_step = Median(wall) * 1e6;
+          row.cpu_us_per_step = Median(cpu) * 1e6;
+          row.kv_bytes_read = bench->kv_bytes_read();
+          row.gb_per_s = row.kv_bytes_read / (row.us_per_step * 1e-6) / 1e9;
+          const MachineFloors& f = floors[threads];
+          row.floor_memory_us = row.kv_bytes_read / f.read_bytes_per_s * 1e6;
+          row.floor_compute_us = bench->multiply_adds() / f.fma_macs_per_s * 1e6;
+          row.ratio_to_floor = row.us_per_step / std::max(row.floor_memory_us, row.floor_compute_us);
+          if (path == "bf16") bf16_us[threads] = row.us_per_step;
+          row.speedup_vs_bf16 = bf16_us[threads] / row.us_per_step;
+          rows->push_back(row);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace minimakv

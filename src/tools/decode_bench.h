@@ -1,0 +1,92 @@
+// The library behind `minimakv bench` and bench/decode_bench.cpp: time of one decode step (one query token
+// per sequence, one layer) of the CPU attention paths on synthetic paged KV, against the BF16 path measured in
+// the same run and against the machine's measured floors (tools/machine_floors.h).
+//
+// Paths: bf16, fp8, tq3 (every token in that format) and minima (anchors + recent window FP8, the rest TQ3,
+// two kernels merged by AttendMixedCpu). Pages hold fresh Gaussian data from `seed`; caches are flushed
+// between timed steps (a real decode step reads each layer's KV once, cold), unless flush_caches is off.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "minimakv/cpu_attention.h"
+#include "minimakv/status.h"
+#include "tools/synthetic_kv.h"
+
+namespace minimakv {
+
+struct DecodeBenchConfig {
+  std::string shape = "llama-3.1-8b";  // or "qwen3.6-27b"
+  std::vector<int64_t> contexts = {32768};
+  std::vector<int> batches = {1};
+  std::vector<int> threads = {2};
+  int page_tokens = 64;
+  int anchor_tokens = 256;
+  int recent_tokens = 1024;
+  int min_repeats = 5;
+  double min_seconds = 0.5;
+  uint64_t seed = 1;
+  bool flush_caches = true;                        // evict the KV from the caches before each timed step
+  std::vector<std::string> paths = {"bf16", "fp8", "tq3", "minima"};  // bf16 always runs (the baseline)
+  size_t floor_buffer_bytes = size_t(1) << 30;     // buffer for the bandwidth floor (>> a 300 MiB L3)
+};
+
+struct DecodeBenchRow {
+  std::string shape, path;  // path: bf16|fp8|tq3|minima
+  int64_t context = 0;
+  int batch = 0;
+  int threads = 0;
+  double us_per_step = 0.0;       // median wall time of one decode step
+  double kv_bytes_read = 0.0;     // K and V payload (codes + scales) the step reads
+  double gb_per_s = 0.0;          // kv_bytes_read / us_per_step
+  double speedup_vs_bf16 = 0.0;   // bf16 us_per_step / this path's, same context, batch, threads
+  double floor_memory_us = 0.0;   // kv_bytes_read / measured read bandwidth at `threads`
+  double floor_compute_us = 0.0;  // multiply-adds (QK and PV) / measured fp32 FMA peak at `threads`
+  double ratio_to_floor = 0.0;    // us_per_step / max(floor_memory_us, floor_compute_us)
+  double cpu_us_per_step = 0.0;   // median process CPU time per step / threads: the step time the kernel
+                                  // would take with the cores to itself (robust to other load on the machine)
+};
+
+// A model layer's attention shape.
+struct DecodeShape {
+  std::string name;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+};
+// "llama-3.1-8b" (32 / 8 heads, d 128) or "qwen3.6-27b" full-attention layer (24 / 4, d 256).
+Status LookupDecodeShape(const std::string& name, DecodeShape* shape);
+
+// One benchmark case: the pools of one path for `batch` sequences of `context` tokens, and its queries.
+class DecodeBenchCase {
+ public:
+  static Status Create(const DecodeShape& shape, const std::string& path, int64_t context, int batch,
+                       const DecodeBenchConfig& config, std::unique_ptr<DecodeBenchCase>* out);
+  // One decode step on `threads` threads.
+  Status Step(int threads);
+  double kv_bytes_read() const { return kv_bytes_read_; }
+  double multiply_adds() const { return multiply_adds_; }
+
+ private:
+  DecodeBenchCase() = default;
+  DecodeShape shape_;
+  HadamardRotation rotation_;
+  std::vector<SyntheticPool> pools_;
+  std::vector<PagedKvView> views_;
+  std::vector<float> q_, out_, lse_;
+  std::vector<int32_t> q_indptr_;
+  double kv_bytes_read_ = 0.0;
+  double multiply_adds_ = 0.0;
+};
+
+// Reads a buffer twice the last-level cache so data read before is no longer cached.
+void FlushCpuCaches();
+
+Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(const std::string&)>& progress,
+                      std::vector<DecodeBenchRow>* rows);
+
+}  // namespace minimakv

@@ -1,0 +1,166 @@
+#include "tools/machine_floors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define MINIMAKV_FLOORS_X86 1
+#define MINIMAKV_FLOORS_AVX512 __attribute__((target("avx512f")))
+#endif
+
+namespace minimakv {
+namespace {
+
+constexpr int kRepeats = 5;
+// Independent FMA chains per thread: latency 4 cycles x 2 FMA ports needs >= 8 in flight; 16 leaves slack.
+constexpr int kFmaChains = 16;
+constexpr int64_t kFmaIterations = 4 << 20;
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool UseAvx512() { return std::strcmp(cpu::SelectedIsaName(false), "avx512") == 0; }
+
+// Runs fn(t) on `threads` threads at once and returns the wall time.
+template <typename Fn>
+double TimeOnThreads(int threads, const Fn& fn) {
+  std::vector<std::thread> workers;
+  const auto start = std::chrono::steady_clock::now();
+  for (int t = 1; t < threads; ++t) workers.emplace_back(fn, t);
+  fn(0);
+  for (std::thread& w : workers) w.join();
+  return Seconds(start, std::chrono::steady_clock::now());
+}
+
+#if defined(MINIMAKV_FLOORS_X86)
+MINIMAKV_FLOORS_AVX512 uint64_t ReadSliceAvx512(const uint8_t* data, size_t bytes) {
+  __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (size_t i = 0; i + 256 <= bytes; i += 256) {
+    for (int k = 0; k < 4; ++k) acc[k] = _mm512_xor_si512(acc[k], _mm512_load_si512(data + i + 64 * k));
+  }
+  const __m512i all = _mm512_xor_si512(_mm512_xor_si512(acc[0], acc[1]), _mm512_xor_si512(acc[2], acc[3]));
+  return uint64_t(_mm512_reduce_or_epi64(all));
+}
+
+MINIMAKV_FLOORS_AVX512 float FmaLoopAvx512(int64_t iterations) {
+  __m512 acc[kFmaChains];
+  for (int k = 0; k < kFmaChains; ++k) acc[k] = _mm512_set1_ps(float(k));
+  const __m512 a = _mm512_set1_ps(0.999999f);
+  const __m512 b = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (int k = 0; k < kFmaChains; ++k) acc[k] = _mm512_fmadd_ps(acc[k], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int k = 1; k < kFmaChains; ++k) sum = _mm512_add_ps(sum, acc[k]);
+  return _mm512_reduce_add_ps(sum);
+}
+#endif
+
+uint64_t ReadSliceScalar(const uint8_t* data, size_t bytes) {
+  uint64_t acc[4] = {0, 0, 0, 0};
+  for (size_t i = 0; i + 32 <= bytes; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      uint64_t word;
+      std::memcpy(&word, data + i + 8 * k, sizeof word);
+      acc[k] ^= word;
+    }
+  }
+  return acc[0] ^ acc[1] ^ acc[2] ^ acc[3];
+}
+
+float FmaLoopScalar(int64_t iterations) {
+  float acc[kFmaChains];
+  for (int k = 0; k < kFmaChains; ++k) acc[k] = float(k);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (int k = 0; k < kFmaChains; ++k) acc[k] = std::fma(acc[k], 0.999999f, 1e-7f);
+  }
+  float sum = 0.0f;
+  for (float x : acc) sum += x;
+  return sum;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+Status MeasureMachineFloors(int threads, size_t buffer_bytes, MachineFloors* floors) {
+  if (threads < 1) return Status::InvalidArgument("threads " + std::to_string(threads) + " must be >= 1");
+  constexpr size_t kAlign = 64;
+  buffer_bytes = std::max<size_t>(buffer_bytes / (kAlign * 4 * size_t(threads)) * (kAlign * 4 * size_t(threads)),
+                                  kAlign * 4 * size_t(threads));
+  std::unique_ptr<uint8_t, decltype(&std::free)> buffer(static_cast<uint8_t*>(std::aligned_alloc(kAlign, buffer_bytes)),
+                                                        &std::free);
+  if (buffer == nullptr) return Status::ResourceExhausted("cannot allocate " + std::to_string(buffer_bytes) + " bytes");
+  std::memset(buffer.get(), 1, buffer_bytes);  // touch every page so the timing sees no page faults
+  const bool avx512 = UseAvx512();
+  const size_t slice = buffer_bytes / size_t(threads);
+  std::vector<uint64_t> sink(static_cast<size_t>(threads));
+  std::vector<double> read_seconds;
+  for (int r = 0; r < kRepeats; ++r) {
+    read_seconds.push_back(TimeOnThreads(threads, [&](int t) {
+      const uint8_t* data = buffer.get() + size_t(t) * slice;
+#if defined(MINIMAKV_FLOORS_X86)
+      sink[size_t(t)] = avx512 ? ReadSliceAvx512(data, slice) : ReadSliceScalar(data, slice);
+#else
+      sink[size_t(t)] = ReadSliceScalar(data, slice);
+#endif
+    }));
+  }
+  std::vector<float> fma_sink(static_cast<size_t>(threads));
+  std::vector<double> fma_seconds;
+  for (int r = 0; r < kRepeats; ++r) {
+    fma_seconds.push_back(TimeOnThreads(threads, [&](int t) {
+#if defined(MINIMAKV_FLOORS_X86)
+      fma_sink[size_t(t)] = avx512 ? FmaLoopAvx512(kFmaIterations) : FmaLoopScalar(kFmaIterations);
+#else
+      fma_sink[size_t(t)] = FmaLoopScalar(kFmaIterations);
+#endif
+    }));
+  }
+  const double lanes = avx512 ? 16.0 : 1.0;
+  floors->threads = threads;
+  floors->buffer_bytes = buffer_bytes;
+  floors->read_bytes_per_s = double(buffer_bytes) / Median(read_seconds);
+  floors->fma_macs_per_s = double(kFmaIterations) * kFmaChains * lanes * threads / Median(fma_seconds);
+  floors->fma_isa = avx512 ? "avx512" : "scalar";
+  // Keep the sinks observable so the loops are not optimized away.
+  if (sink[0] == 0x5A5A5A5A5A5A5A5Aull && fma_sink[0] == -1.0f) return Status::Internal("impossible sink value");
+  return Status::Ok();
+}
+
+Status CachedMachineFloors(int threads, size_t buffer_bytes, MachineFloors* floors) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, size_t>, MachineFloors> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find({threads, buffer_bytes});
+  if (it == cache.end()) {
+    MachineFloors measured;
+    MINIMAKV_RETURN_IF_ERROR(MeasureMachineFloors(threads, buffer_bytes, &measured));
+    it = cache.emplace(std::make_pair(threads, buffer_bytes), measured).first;
+  }
+  *floors = it->second;
+  return Status::Ok();
+}
+
+}  // namespace minimakv
