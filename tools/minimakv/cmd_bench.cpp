@@ -1,4 +1,5 @@
 // minimakv bench: CPU decode-attention speed per storage path, via RunDecodeBench (src/tools/decode_bench.h).
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -22,19 +23,21 @@ JsonValue DecodeBenchRowToJson(const DecodeBenchRow& r) {
   o.Set("floor_memory_us", r.floor_memory_us);
   o.Set("floor_compute_us", r.floor_compute_us);
   o.Set("ratio_to_floor", r.ratio_to_floor);
+  o.Set("cpu_us_per_step", r.cpu_us_per_step);
   return o;
 }
 
 std::string DecodeBenchRowsToText(const std::vector<DecodeBenchRow>& rows) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-13s %-6s %7s %5s %7s %11s %9s %8s %11s %11s %9s\n", "shape", "path", "context",
-                "batch", "threads", "us/step", "GB/s", "vs bf16", "floor mem", "floor fma", "x floor");
+  std::snprintf(line, sizeof(line), "%-13s %-6s %7s %5s %7s %11s %11s %9s %8s %11s %11s %9s\n", "shape", "path",
+                "context", "batch", "threads", "us/step", "cpu us/step", "GB/s", "vs bf16", "floor mem", "floor fma",
+                "x floor");
   out += line;
   for (const DecodeBenchRow& r : rows) {
-    std::snprintf(line, sizeof(line), "%-13s %-6s %7lld %5d %7d %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f\n",
+    std::snprintf(line, sizeof(line), "%-13s %-6s %7lld %5d %7d %11.1f %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f\n",
                   r.shape.c_str(), r.path.c_str(), (long long)r.context, r.batch, r.threads, r.us_per_step,
-                  r.gb_per_s, r.speedup_vs_bf16, r.floor_memory_us, r.floor_compute_us, r.ratio_to_floor);
+                  r.cpu_us_per_step, r.gb_per_s, r.speedup_vs_bf16, r.floor_memory_us, r.floor_compute_us, r.ratio_to_floor);
     out += line;
   }
   return out;
@@ -70,6 +73,15 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   parser.AddInt("min-repeats", "timed repeats per row, at least", &config.min_repeats);
   parser.AddDouble("min-seconds", "timed seconds per row, at least", &config.min_seconds);
   parser.AddInt("seed", "seed of the synthetic K/V", &seed);
+  std::string paths_text;
+  for (const std::string& p : config.paths) {
+    if (!paths_text.empty()) paths_text += ',';
+    paths_text += p;
+  }
+  parser.AddString("paths", "P[,P...]", "paths to time, from bf16,fp8,tq3,minima (bf16 always runs: the baseline)",
+                   &paths_text);
+  parser.AddBool("flush-caches", "evict the KV from the CPU caches before each timed step (a real decode step "
+                 "reads each layer cold); --flush-caches=false to time warm caches", &config.flush_caches);
   parser.AddBool("json", "print a JSON array of rows", &json);
   parser.AddBool("jsonl", "print one JSON row per line (JSON Lines)", &jsonl);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_mode);
@@ -77,6 +89,18 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
   config.seed = uint64_t(seed);
+  config.paths.clear();
+  for (size_t start = 0; start <= paths_text.size();) {
+    const size_t comma = std::min(paths_text.find(',', start), paths_text.size());
+    const std::string path = paths_text.substr(start, comma - start);
+    if (path != "bf16" && path != "fp8" && path != "tq3" && path != "minima") {
+      std::fprintf(stderr, "%s: error: bad value for --paths: '%s' is not one of bf16, fp8, tq3, minima\n",
+                   command.c_str(), path.c_str());
+      return kExitUsage;
+    }
+    config.paths.push_back(path);
+    start = comma + 1;
+  }
 
   std::vector<DecodeBenchRow> rows;
   const Status s = RunDecodeBenchWithProgress(config, ProgressModeFrom(progress_mode), &rows);
