@@ -52,8 +52,8 @@ Status CudaError(cudaError_t error, const char* what) {
 
 size_t AlignUp(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-// CTAs per SM the partial kernels are built for (__launch_bounds__ below): sizes the split.
-constexpr int DecodeCtasPerSm(int head_dim) { return head_dim == 256 ? 2 : 4; }
+// CTAs per SM the split aims for (enough work items to fill the GPU).
+constexpr int DecodeCtasPerSm(int head_dim) { return head_dim == 256 ? 2 : 3; }
 
 // ---------------------------------------------------------------------------------------------------------
 // Device helpers
@@ -110,8 +110,9 @@ __device__ inline uint32_t E4m3x2ToF16x2(uint32_t two_codes) {
   return out;
 }
 
-__device__ inline uint4 LoadU4(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-__device__ inline uint32_t LoadU32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+// Fragment reads from the staged tile (shared memory).
+__device__ inline uint4 LoadU4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ inline uint32_t LoadU32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // fp16 centroid byte tables for prmt: byte m of lo = low byte of fp16(c[m]); sign only changes the high byte.
 struct Tq3Tables {
@@ -246,17 +247,6 @@ __device__ inline void LoadExpandV(const uint8_t* vec, int g, const Tq3Tables& t
   }
 }
 
-// The per-vector scale as the kernel uses it (TQ3: divided by the centroid alpha of the fp16 tables).
-template <KvFormat kFormat>
-__device__ inline float LoadScale(const uint8_t* page, size_t offset) {
-  if constexpr (kFormat == KvFormat::kFp8) {
-    return __ldg(reinterpret_cast<const float*>(page + offset));
-  } else {
-    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(page + offset)))) *
-           (1.0f / kTq3CentroidAlpha);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Partial kernel
 
@@ -274,21 +264,95 @@ struct DecodeParams {
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
 };
 
+// ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
+// of its page (K codes, V codes, K scales, V scales of 16 tokens of one head), copied with 16-byte cp.async.cg
+// while the warp computes an earlier tile, so every warp keeps several tiles of loads in flight.
+// Row strides are padded so that the fragment reads are free of bank conflicts: K rows are read 64 contiguous
+// bytes per row by a quarter warp (two rows: stride = 64 mod 128), V rows 32 bytes by four rows two apart
+// (stride = 16 mod 64). TQ3 rows (96 / 48 bytes) are left unpadded (few, 4-byte reads).
 template <KvFormat kFormat, int kHeadDim>
-struct DecodeShared {
-  uint4 q_frag[kHeadDim / 16][kWarpSize];  // per k-step and lane: {hi a0a1, hi a4a5, lo a0a1, lo a4a5}
-  float warp_out[kDecodeWarps][kMaxGroup][kHeadDim];
-  float warp_max[kDecodeWarps][kMaxGroup];
-  float warp_sum[kDecodeWarps][kMaxGroup];
+struct TileLayout {
+  static constexpr int kTile = kCudaKeyTileTokens;
+  static constexpr int kCodeBytes = int(CodeBytesPerVector(kFormat, kHeadDim));
+  static constexpr int kScaleBytes = int(ScaleBytesPerVector(kFormat));
+  static constexpr bool kPadded = kFormat != KvFormat::kTq3;
+  static constexpr int kKStride = kCodeBytes + (kPadded ? 64 : 0);
+  static constexpr int kVStride = kCodeBytes + (kPadded ? 16 : 0);
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kTile * kKStride;
+  static constexpr int kKScaleOffset = kVOffset + kTile * kVStride;
+  static constexpr int kVScaleOffset = kKScaleOffset + 64;  // room for 16 fp32 scales
+  static constexpr int kStageBytes = kVScaleOffset + 64;
+  // Stages per warp: deeper for small tiles, so that each SM keeps ~100 KB of loads in flight.
+  static constexpr int kStages = kStageBytes > 8192 ? 2 : kStageBytes > 4096 ? 3 : 4;
+  static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
+  static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (kHeadDim + 2) * 4;
+  static constexpr int kStagesBytes = kDecodeWarps * kStages * kStageBytes;
+  static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
+  // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
+  // 64 output accumulators need the registers) and 3 for d = 128.
+  static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
+  static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > (kHeadDim == 256 ? 2 : 3) ? (kHeadDim == 256 ? 2 : 3)
+                                                                                               : kSmemCtas;
 };
 
+__device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src));
+}
+__device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ inline void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Issues the copies of one tile (16 tokens of kv_head starting at tok0 of page) into a stage; the whole warp.
 template <KvFormat kFormat, int kHeadDim>
-__global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) DecodePartialKernel(DecodeParams p) {
+__device__ inline void IssueTile(uint8_t* stage, const uint8_t* page, const PageLayout& layout, int kv_head, int tok0,
+                                 int lane) {
+  using L = TileLayout<kFormat, kHeadDim>;
+  constexpr int kRowChunks = L::kCodeBytes / 16;
+  constexpr int kCodeChunks = L::kTile * kRowChunks;
+  const uint8_t* k_src = page + layout.k_codes_offset(kv_head, tok0);
+  const uint8_t* v_src = page + layout.v_codes_offset(kv_head, tok0);
+#pragma unroll 4
+  for (int c = lane; c < kCodeChunks; c += kWarpSize) {
+    const int row = c / kRowChunks;
+    const int col = c % kRowChunks;
+    CpAsync16(stage + L::kKOffset + row * L::kKStride + col * 16, k_src + c * 16);
+    CpAsync16(stage + L::kVOffset + row * L::kVStride + col * 16, v_src + c * 16);
+  }
+  if constexpr (L::kScaleBytes > 0) {
+    constexpr int kScaleChunks = L::kTile * L::kScaleBytes / 16;  // 4 (fp32) or 2 (fp16)
+    if (lane < kScaleChunks) {
+      CpAsync16(stage + L::kKScaleOffset + lane * 16, page + layout.k_scale_offset(kv_head, tok0) + lane * 16);
+    } else if (lane < 2 * kScaleChunks) {
+      const int c = lane - kScaleChunks;
+      CpAsync16(stage + L::kVScaleOffset + c * 16, page + layout.v_scale_offset(kv_head, tok0) + c * 16);
+    }
+  }
+}
+
+template <KvFormat kFormat>
+__device__ inline float StagedScale(const uint8_t* scales, int token) {
+  if constexpr (kFormat == KvFormat::kFp8) {
+    return reinterpret_cast<const float*>(scales)[token];
+  } else {
+    return __half2float(reinterpret_cast<const __half*>(scales)[token]) * (1.0f / kTq3CentroidAlpha);
+  }
+}
+
+template <KvFormat kFormat, int kHeadDim>
+__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
+    DecodePartialKernel(DecodeParams p) {
+  using L = TileLayout<kFormat, kHeadDim>;
   constexpr int kBlocks = kHeadDim / kBlockDims;
   constexpr int kMTiles = kHeadDim / 16;
   constexpr bool kScaled = kFormat != KvFormat::kBf16;
   constexpr int kTile = kCudaKeyTileTokens;
-  __shared__ DecodeShared<kFormat, kHeadDim> sh;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi a0a1, hi a4a5, lo a0a1, lo a4a5}
+  uint8_t* stages_base = smem + L::kQFragBytes;
 
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -297,6 +361,26 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
   const int kv_head = blockIdx.y;
   const CudaWorkItem item = p.items[blockIdx.x];
   const Tq3Tables tab = MakeTq3Tables();
+
+  const int page_tokens = p.layout.page_tokens;
+  const int tiles_per_page = page_tokens / kTile;
+  const int num_pages = item.page_end - item.page_begin;
+  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
+  const size_t page_bytes = p.layout.page_bytes();
+  uint8_t* my_stages = stages_base + warp * L::kStages * L::kStageBytes;
+  auto tile_page = [&](int tile) {
+    return p.pages + size_t(p.page_ids[item.page_begin + tile / tiles_per_page]) * page_bytes;
+  };
+  // Prologue: the first kStages - 1 tiles of this warp in flight before anything else.
+#pragma unroll
+  for (int s = 0; s < L::kStages - 1; ++s) {
+    const int tile = warp + kDecodeWarps * s;
+    if (tile < num_tiles) {
+      IssueTile<kFormat, kHeadDim>(my_stages + s * L::kStageBytes, tile_page(tile), p.layout, kv_head,
+                                   kTile * (tile % tiles_per_page), lane);
+    }
+    CpAsyncCommit();
+  }
 
   // Query fragments (scaled into base 2, split hi + lo), shared by the 4 warps.
   for (int e = threadIdx.x; e < kMTiles * kWarpSize; e += kDecodeThreads) {
@@ -324,15 +408,9 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
       regs[half] = Pack(hi[0], hi[1]);
       regs[2 + half] = Pack(lo[0], lo[1]);
     }
-    sh.q_frag[kstep][ln] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+    q_frag[e] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
   }
   __syncthreads();
-
-  const int page_tokens = p.layout.page_tokens;
-  const int tiles_per_page = page_tokens / kTile;
-  const int num_pages = item.page_end - item.page_begin;
-  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
-  const size_t page_bytes = p.layout.page_bytes();
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
   float row_sum = 0.0f;       // head g, this thread's keys (reduced at the end)
@@ -341,20 +419,30 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
 
-  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps) {
+  int iteration = 0;
+  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps, ++iteration) {
+    {  // keep kStages - 1 tiles ahead in flight
+      const int ahead = tile + kDecodeWarps * (L::kStages - 1);
+      if (ahead < num_tiles) {
+        IssueTile<kFormat, kHeadDim>(my_stages + ((iteration + L::kStages - 1) % L::kStages) * L::kStageBytes,
+                                     tile_page(ahead), p.layout, kv_head, kTile * (ahead % tiles_per_page), lane);
+      }
+      CpAsyncCommit();
+    }
+    CpAsyncWait<L::kStages - 1>();
+    __syncwarp();
+    const uint8_t* stage = my_stages + (iteration % L::kStages) * L::kStageBytes;
     const int page_local = tile / tiles_per_page;
     const int tile_in_page = tile % tiles_per_page;
-    const int page_id = p.page_ids[item.page_begin + page_local];
     const int page_valid = page_local == num_pages - 1 ? item.last_tokens : page_tokens;
     const int valid = min(kTile, page_valid - kTile * tile_in_page);
-    const int tok0 = kTile * tile_in_page;
-    const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
 
-    // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one.
-    float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint8_t* key_a = page + p.layout.k_codes_offset(kv_head, tok0 + min(g, valid - 1));
-    const uint8_t* key_b = page + p.layout.k_codes_offset(kv_head, tok0 + min(8 + g, valid - 1));
+    // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one. Separate hi / lo
+    // accumulators halve the MMA dependency chains.
+    float s0h[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s0l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float s1h[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint8_t* key_a = stage + L::kKOffset + min(g, valid - 1) * L::kKStride;
+    const uint8_t* key_b = stage + L::kKOffset + min(8 + g, valid - 1) * L::kKStride;
 #pragma unroll
     for (int block = 0; block < kBlocks; ++block) {
       uint32_t ka[16];
@@ -363,23 +451,23 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
       LoadExpandK<kFormat>(key_b, block, t, tab, kb);
 #pragma unroll
       for (int jj = 0; jj < 8; ++jj) {
-        const uint4 qf = sh.q_frag[block * 8 + jj][lane];
-        Mma<kFormat>(s0, qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
-        Mma<kFormat>(s0, qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
-        Mma<kFormat>(s1, qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
-        Mma<kFormat>(s1, qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];
+        Mma<kFormat>(s0h, qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
+        Mma<kFormat>(s0l, qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
+        Mma<kFormat>(s1h, qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        Mma<kFormat>(s1l, qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
       }
     }
     // This thread's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t (S columns), for head g (S row).
     const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
-    float score[4] = {s0[0], s0[1], s1[0], s1[1]};
+    float score[4] = {s0h[0] + s0l[0], s0h[1] + s0l[1], s1h[0] + s1l[0], s1h[1] + s1l[1]};
     float v_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int token = tok0 + min(keys[i], valid - 1);
+      const int token = min(keys[i], valid - 1);
       if constexpr (kScaled) {
-        score[i] *= LoadScale<kFormat>(page, p.layout.k_scale_offset(kv_head, token));
-        v_scale[i] = LoadScale<kFormat>(page, p.layout.v_scale_offset(kv_head, token));
+        score[i] *= StagedScale<kFormat>(stage + L::kKScaleOffset, token);
+        v_scale[i] = StagedScale<kFormat>(stage + L::kVScaleOffset, token);
       }
       if (keys[i] >= valid) score[i] = -INFINITY;
     }
@@ -433,10 +521,11 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
     uint32_t vb[kMTiles];
     uint32_t vc[kMTiles];
     uint32_t vd[kMTiles];
-    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[0], valid - 1)), g, tab, va);
-    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[1], valid - 1)), g, tab, vb);
-    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[2], valid - 1)), g, tab, vc);
-    LoadExpandV<kFormat, kHeadDim>(page + p.layout.v_codes_offset(kv_head, tok0 + min(keys[3], valid - 1)), g, tab, vd);
+    const uint8_t* v_rows = stage + L::kVOffset;
+    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[0], valid - 1) * L::kVStride, g, tab, va);
+    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[1], valid - 1) * L::kVStride, g, tab, vb);
+    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[2], valid - 1) * L::kVStride, g, tab, vc);
+    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[3], valid - 1) * L::kVStride, g, tab, vd);
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       const uint32_t a0 = __byte_perm(va[m], vb[m], 0x5410);
@@ -446,23 +535,31 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
       Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_hi[0], pb_hi[1]);
       if constexpr (kFormat == KvFormat::kBf16) Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_lo[0], pb_lo[1]);
     }
+    __syncwarp();  // this stage is refilled by the next iteration's copies
   }
+  CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
+  // The combine area reuses the stage buffers: wait until every warp is done with them.
+  __syncthreads();
+  float* warp_out = reinterpret_cast<float*>(stages_base);              // [warps][kMaxGroup][kHeadDim]
+  float* warp_max = warp_out + kDecodeWarps * kMaxGroup * kHeadDim;     // [warps][kMaxGroup]
+  float* warp_sum = warp_max + kDecodeWarps * kMaxGroup;                // [warps][kMaxGroup]
   row_sum += __shfl_xor_sync(kFullWarpMask, row_sum, 1);
   row_sum += __shfl_xor_sync(kFullWarpMask, row_sum, 2);
   if (t == 0) {
-    sh.warp_max[warp][g] = row_max;
-    sh.warp_sum[warp][g] = row_sum;
+    warp_max[warp * kMaxGroup + g] = row_max;
+    warp_sum[warp * kMaxGroup + g] = row_sum;
   }
+  float* my_out = warp_out + warp * kMaxGroup * kHeadDim;
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
     const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
-    sh.warp_out[warp][2 * t][dim0] = o_acc[m][0] * v_unit;
-    sh.warp_out[warp][2 * t + 1][dim0] = o_acc[m][1] * v_unit;
-    sh.warp_out[warp][2 * t][dim1] = o_acc[m][2] * v_unit;
-    sh.warp_out[warp][2 * t + 1][dim1] = o_acc[m][3] * v_unit;
+    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0] * v_unit;
+    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1] * v_unit;
+    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2] * v_unit;
+    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
   }
   __syncthreads();
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(kv_head) * p.group;
@@ -471,7 +568,7 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
     const int dim = e % kHeadDim;
     float max_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, sh.warp_max[w][h]);
+    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kMaxGroup + h]);
     float out = 0.0f;
     float lse = -INFINITY;
     if (max_all != -INFINITY) {
@@ -479,9 +576,9 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeCtasPerSm(kHeadDim)) Dec
       float acc = 0.0f;
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        const float weight = exp2f(sh.warp_max[w][h] - max_all);
-        sum += sh.warp_sum[w][h] * weight;
-        acc += sh.warp_out[w][h][dim] * weight;
+        const float weight = exp2f(warp_max[w * kMaxGroup + h] - max_all);
+        sum += warp_sum[w * kMaxGroup + h] * weight;
+        acc += warp_out[(w * kMaxGroup + h) * kHeadDim + dim] * weight;
       }
       out = acc / sum;
       lse = max_all + log2f(sum);
@@ -575,8 +672,14 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
 
 template <KvFormat kFormat, int kHeadDim>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
-  DecodePartialKernel<kFormat, kHeadDim><<<dim3(unsigned(items), unsigned(kv_heads)), kDecodeThreads, 0, stream>>>(
-      params);
+  using L = TileLayout<kFormat, kHeadDim>;
+  // Raise the dynamic shared memory limit once per instantiation (the first, eager run; not a stream operation,
+  // so a later graph capture only sees the launch).
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      DecodePartialKernel<kFormat, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes);
+  MINIMAKV_RETURN_IF_ERROR(CudaError(attribute_status, "decode partial kernel shared memory attribute"));
+  DecodePartialKernel<kFormat, kHeadDim>
+      <<<dim3(unsigned(items), unsigned(kv_heads)), kDecodeThreads, L::kSmemBytes, stream>>>(params);
   return CudaError(cudaGetLastError(), "decode partial kernel launch");
 }
 

@@ -572,7 +572,9 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   CHECK(nonfinite == 0, "%s: %d non-finite outputs", name.c_str(), nonfinite);
   CHECK(rel <= 1e-3, "%s: relative L2 %.3g > 1e-3", name.c_str(), rel);
   CHECK(worst_row <= 1e-3, "%s: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), worst_row);
-  CHECK(worst_lse <= 1e-4, "%s: worst lse relative error %.3g > 1e-4", name.c_str(), worst_lse);
+  // TQ3 centroids enter the MMA within 1.27e-5 relative of their fp32 values (cuda_attention.cu), which moves
+  // scores, hence the LSE, by up to ~1e-4 relative at these logit sizes.
+  CHECK(worst_lse <= 2e-4, "%s: worst lse relative error %.3g > 2e-4", name.c_str(), worst_lse);
   CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
         name.c_str());
   std::printf("  %-58s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), plan.total_items(), rel,
