@@ -155,7 +155,8 @@ void ArgParser::AddDouble(std::string name, std::string help, double* target) {
 }
 
 void ArgParser::AddBool(std::string name, std::string help, bool* target) {
-  Flag f = MakeFlag(std::move(name), "", std::move(help), "");
+  // Only a flag that defaults to on shows a default (an off-by-default switch is the usual case).
+  Flag f = MakeFlag(std::move(name), "", std::move(help), *target ? "true" : "");
   f.is_bool = true;
   f.set = [target](Flag&, std::string_view v) {
     if (v == "true" || v == "1") {
@@ -301,7 +302,7 @@ std::string ArgParser::Help() const {
   constexpr size_t kColumnGap = 2;
   for (size_t i = 0; i < flags_.size(); ++i) {
     out += left[i] + std::string(width + kColumnGap - left[i].size(), ' ') + flags_[i].help;
-    if (!flags_[i].is_bool && !flags_[i].default_text.empty()) out += " (default: " + flags_[i].default_text + ")";
+    if (!flags_[i].default_text.empty()) out += " (default: " + flags_[i].default_text + ")";
     out += "\n";
   }
   out += "  -h, --help" + std::string(width + kColumnGap - std::string("  -h, --help").size(), ' ') +

@@ -97,6 +97,14 @@ TEST(ArgParser, HelpListsEveryFlagWithItsDefault) {
   EXPECT_NE(help.find("--json "), std::string::npos);
   EXPECT_NE(help.find("-h, --help"), std::string::npos);
   EXPECT_NE(help.find("Example: minimakv plan --json"), std::string::npos);
+  EXPECT_EQ(help.find("print JSON (default"), std::string::npos);  // off-by-default switch: no default shown
+
+  bool flush = true;
+  ArgParser on("minimakv bench", "Bench.");
+  on.AddBool("flush-caches", "flush", &flush);
+  EXPECT_NE(on.Help().find("--flush-caches  flush (default: true)"), std::string::npos) << on.Help();
+  ASSERT_TRUE(on.Parse({"--flush-caches=false"}).ok());
+  EXPECT_FALSE(flush);
 }
 
 TEST(ArgParser, ValueParsers) {
