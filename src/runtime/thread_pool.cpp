@@ -1,11 +1,14 @@
 #include "runtime/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 namespace minimakv {
 namespace {
-// Spin iterations before a worker sleeps on the condition variable (~tens of microseconds).
-constexpr int kSpinIterations = 20000;
+// Pause-spin iterations before a worker sleeps on the condition variable (~50 microseconds). Spinning with
+// sched_yield instead cost a third of decode time in system calls on a busy 2-core machine.
+constexpr int kSpinIterations = 2000;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -37,7 +40,7 @@ void ThreadPool::WorkerLoop() {
     int spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
       ++spins;
-      std::this_thread::yield();
+      _mm_pause();
     }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -73,7 +76,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
   }
   wake_.notify_all();
   RunChunks();
-  while (pending_workers_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  for (int spins = 0; pending_workers_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < kSpinIterations) _mm_pause();
+    else std::this_thread::yield();
+  }
   fn_ = nullptr;
 }
 

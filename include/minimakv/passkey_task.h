@@ -1,0 +1,30 @@
+// Passkey retrieval (needle in a haystack): a random 5-digit key hidden at a chosen depth inside repeated
+// filler text, then asked for. The prompt format follows the passkey test of Landmark Attention
+// (arXiv 2305.16300) and LongLoRA, wrapped in the model's chat template with the answer's first words given
+// ("The pass key is"), so a model that found the key only has to copy its digits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "minimakv/status.h"
+#include "minimakv/tokenizer.h"
+
+namespace minimakv {
+
+struct PasskeyCase {
+  std::vector<int32_t> prompt_ids;  // ready for the model (chat template applied, special tokens parsed)
+  std::string passkey;              // 5 digits
+  int64_t needle_token = 0;         // token position where the needle starts
+};
+
+// Builds a prompt of about `context_tokens` tokens (never more) with the needle at `depth` in [0, 1] of the
+// filler. The key is drawn from `seed`. InvalidArgument if context_tokens is too small for the frame (~100).
+Status BuildPasskeyCase(const Tokenizer& tokenizer, int64_t context_tokens, double depth, uint64_t seed,
+                        PasskeyCase* out);
+
+// The first run of digits in `answer` (empty if none).
+std::string FirstDigits(const std::string& answer);
+
+}  // namespace minimakv

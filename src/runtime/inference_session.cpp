@@ -1,0 +1,378 @@
+#include "minimakv/inference_session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "minimakv/cpu_attention.h"
+#include "minimakv/paged_cache.h"
+#include "minimakv/partial_state.h"
+#include "minimakv/scalar_formats.h"
+#include "runtime/llama_layer.h"
+#include "runtime/quant_matmul.h"
+#include "runtime/thread_pool.h"
+
+namespace minimakv {
+namespace {
+
+float RoundFp16(float x) { return Fp16ToFloat(FloatToFp16(x)); }
+
+// y = x / sqrt(mean(x^2) + eps) * weight. The sum of squares is accumulated in double, as ggml's rms_norm.
+void RmsNorm(const float* x, const float* weight, int n, float eps, float* y) {
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += double(x[i]) * double(x[i]);
+  const float mean = float(sum / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int i = 0; i < n; ++i) y[i] = (x[i] * scale) * weight[i];
+}
+
+// "Normal" RoPE (llama.cpp rope type 0): rotates adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/dims),
+// the angle advanced by repeated multiplication in fp32 as ggml's rope cache does.
+void ApplyRope(float* x, int heads, int head_dim, int rope_dims, int64_t pos, float freq_base) {
+  const float theta_scale = std::pow(freq_base, -2.0f / float(rope_dims));
+  float cos_sin[2 * 256];
+  float theta = float(pos);
+  for (int i = 0; i < rope_dims; i += 2) {
+    cos_sin[i] = std::cos(theta);
+    cos_sin[i + 1] = std::sin(theta);
+    theta *= theta_scale;
+  }
+  for (int h = 0; h < heads; ++h) {
+    float* v = x + int64_t(h) * head_dim;
+    for (int i = 0; i < rope_dims; i += 2) {
+      const float c = cos_sin[i], s = cos_sin[i + 1];
+      const float x0 = v[i], x1 = v[i + 1];
+      v[i] = x0 * c - x1 * s;
+      v[i + 1] = x0 * s + x1 * c;
+    }
+  }
+}
+
+// Softmax attention of one query over n contiguous keys/values (row stride `stride` floats), writing the
+// normalized output and the base-2 LSE of the scaled scores. With round_weights the normalized weights are
+// rounded to fp16 before the value sum (llama.cpp's f16 V product).
+void AttendContiguous(const float* q, const float* keys, const float* values, int64_t n, int64_t stride,
+                      int head_dim, float sm_scale, bool round_weights, std::vector<float>* scores, float* out,
+                      float* lse_log2) {
+  scores->resize(size_t(n));
+  float* s = scores->data();
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = DotF32(q, keys + j * stride, head_dim) * sm_scale;
+    max_score = std::max(max_score, s[j]);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - max_score);
+    sum += s[j];
+  }
+  const float inv = float(1.0 / sum);
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float w = round_weights ? RoundFp16(s[j] * inv) : s[j] * inv;
+    const float* v = values + j * stride;
+    for (int i = 0; i < head_dim; ++i) out[i] += w * v[i];
+  }
+  if (lse_log2 != nullptr) *lse_log2 = float(double(max_score) * double(kLog2e) + std::log2(sum));
+}
+
+}  // namespace
+
+std::string_view KvModeName(KvMode mode) {
+  switch (mode) {
+    case KvMode::kDense: return "dense";
+    case KvMode::kBf16: return "bf16";
+    case KvMode::kFp8: return "fp8";
+    case KvMode::kTq3: return "tq3";
+    case KvMode::kMinima: return "minima";
+  }
+  return "unknown";
+}
+
+Status ParseKvMode(std::string_view name, KvMode* mode) {
+  for (KvMode m : {KvMode::kDense, KvMode::kBf16, KvMode::kFp8, KvMode::kTq3, KvMode::kMinima}) {
+    if (name == KvModeName(m)) {
+      *mode = m;
+      return Status::Ok();
+    }
+  }
+  return Status::InvalidArgument("unknown KV mode '" + std::string(name) + "' (dense, bf16, fp8, tq3, minima)");
+}
+
+struct InferenceSession::Impl {
+  explicit Impl(int threads) : pool(threads) {}
+  const LlamaModel* model = nullptr;
+  ThreadPool pool;
+  std::vector<Q8Block> q8_scratch;
+  // Dense mode: per layer [max_tokens][kv_heads * head_dim].
+  std::vector<std::vector<float>> dense_k, dense_v;
+  // Paged modes.
+  std::unique_ptr<PagedCache> cache;
+  SeqId seq = 0;
+  FormatViewStorage view_storage[kNumKvFormats];
+  // Activations, resized per chunk.
+  std::vector<float> x, xn, q, k, v, attn, proj, gate, up, cache_out, cache_lse;
+};
+
+InferenceSession::~InferenceSession() = default;
+
+Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& options,
+                                std::unique_ptr<InferenceSession>* out) {
+  if (model == nullptr) return Status::InvalidArgument("InferenceSession::Create: null model");
+  if (options.num_threads < 1) {
+    return Status::InvalidArgument("num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  }
+  std::unique_ptr<InferenceSession> s(new InferenceSession());
+  s->options_ = options;
+  const LlamaConfig& c = model->config();
+  if (s->options_.max_tokens <= 0) s->options_.max_tokens = c.context_length;
+  s->impl_ = std::make_unique<Impl>(options.num_threads);
+  Impl& im = *s->impl_;
+  im.model = model;
+  const int64_t kv_dim = int64_t(c.num_kv_heads) * c.head_dim;
+  if (options.mode == KvMode::kDense) {
+    im.dense_k.assign(size_t(c.num_layers), std::vector<float>(size_t(s->options_.max_tokens * kv_dim)));
+    im.dense_v.assign(size_t(c.num_layers), std::vector<float>(size_t(s->options_.max_tokens * kv_dim)));
+  } else {
+    CacheConfig cc;
+    cc.num_layers = c.num_layers;
+    cc.kv_heads = c.num_kv_heads;
+    cc.head_dim = c.head_dim;
+    cc.page_tokens = options.page_tokens;
+    // Pages for max_tokens per layer, one spare for the partly-filled page.
+    const size_t pages = size_t((s->options_.max_tokens + options.page_tokens - 1) / options.page_tokens + 1) *
+                         size_t(c.num_layers);
+    auto page_bytes = [&](KvFormat f) {
+      PageLayout l;
+      l.format = f;
+      l.kv_heads = c.num_kv_heads;
+      l.head_dim = c.head_dim;
+      l.page_tokens = options.page_tokens;
+      return l.page_bytes();
+    };
+    cc.policy.anchor_tokens = options.anchor_tokens;
+    cc.policy.recent_tokens = options.recent_tokens;
+    switch (options.mode) {
+      case KvMode::kBf16:
+        cc.hot_format = KvFormat::kBf16;
+        cc.pool_bytes[int(KvFormat::kBf16)] = pages * page_bytes(KvFormat::kBf16);
+        cc.policy.convert_stale_to_tq3 = false;
+        break;
+      case KvMode::kFp8:
+        cc.hot_format = KvFormat::kFp8;
+        cc.pool_bytes[int(KvFormat::kFp8)] = pages * page_bytes(KvFormat::kFp8);
+        cc.policy.convert_stale_to_tq3 = false;
+        break;
+      case KvMode::kTq3:
+      case KvMode::kMinima:
+        cc.hot_format = KvFormat::kFp8;
+        cc.pool_bytes[int(KvFormat::kFp8)] = pages * page_bytes(KvFormat::kFp8);
+        cc.pool_bytes[int(KvFormat::kTq3)] = pages * page_bytes(KvFormat::kTq3);
+        cc.policy.convert_stale_to_tq3 = true;
+        if (options.mode == KvMode::kTq3) cc.policy.recent_tokens = 0;
+        break;
+      case KvMode::kDense:
+        break;
+    }
+    MINIMAKV_RETURN_IF_ERROR(PagedCache::Create(cc, &im.cache));
+    MINIMAKV_RETURN_IF_ERROR(im.cache->AddSequence(&im.seq));
+  }
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+Status InferenceSession::Forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits) {
+  return ForwardImpl(tokens, all_logits, logits, {});
+}
+
+Status InferenceSession::PrefillShared(std::span<InferenceSession* const> sessions, std::span<const int32_t> tokens,
+                                       std::vector<float>* logits) {
+  if (sessions.empty()) return Status::InvalidArgument("PrefillShared: no sessions");
+  if (tokens.size() < 2) return Status::InvalidArgument("PrefillShared: needs a chunk of at least 2 tokens");
+  for (InferenceSession* s : sessions) {
+    if (s == nullptr || s->num_past_ != 0 || s->impl_->model != sessions[0]->impl_->model) {
+      return Status::InvalidArgument("PrefillShared: every session must be fresh and share the model");
+    }
+    if (int64_t(tokens.size()) > s->options_.max_tokens) {
+      return Status::InvalidArgument("PrefillShared: prompt of " + std::to_string(tokens.size()) +
+                                     " tokens exceeds max_tokens " + std::to_string(s->options_.max_tokens) +
+                                     " of a " + std::string(KvModeName(s->options_.mode)) + " session");
+    }
+  }
+  MINIMAKV_RETURN_IF_ERROR(sessions[0]->ForwardImpl(tokens, false, logits, sessions.subspan(1)));
+  for (InferenceSession* s : sessions.subspan(1)) s->num_past_ = int64_t(tokens.size());
+  return Status::Ok();
+}
+
+Status InferenceSession::StoreFollowerKv(int layer, const float* k, const float* v, int64_t tokens) {
+  Impl& im = *impl_;
+  if (im.cache) return im.cache->Append(im.seq, layer, k, v, int(tokens));
+  const LlamaConfig& c = im.model->config();
+  const int64_t kv_dim = int64_t(c.num_kv_heads) * c.head_dim;
+  const bool round = options_.emulate_llama_cpp_f16;
+  float* kc = im.dense_k[size_t(layer)].data() + num_past_ * kv_dim;
+  float* vc = im.dense_v[size_t(layer)].data() + num_past_ * kv_dim;
+  for (int64_t i = 0; i < tokens * kv_dim; ++i) {
+    kc[i] = round ? RoundFp16(k[i]) : k[i];
+    vc[i] = round ? RoundFp16(v[i]) : v[i];
+  }
+  return Status::Ok();
+}
+
+Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
+                                     std::span<InferenceSession* const> followers) {
+  Impl& im = *impl_;
+  const LlamaModel& model = *im.model;
+  const LlamaConfig& c = model.config();
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) return Status::InvalidArgument("Forward: empty token chunk");
+  if (num_past_ + T > options_.max_tokens) {
+    return Status::InvalidArgument("Forward: context " + std::to_string(num_past_ + T) + " exceeds max_tokens " +
+                                   std::to_string(options_.max_tokens));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= c.vocab_size) return Status::InvalidArgument("Forward: token id " + std::to_string(t) +
+                                                                   " outside the vocabulary of " +
+                                                                   std::to_string(c.vocab_size));
+  }
+  const int d = c.embedding_dim, hd = c.head_dim, nq = c.num_q_heads, nkv = c.num_kv_heads;
+  const int64_t q_dim = int64_t(nq) * hd, kv_dim = int64_t(nkv) * hd;
+  const int group = nq / nkv;
+  const float sm_scale = 1.0f / std::sqrt(float(hd));
+  const bool dense = options_.mode == KvMode::kDense;
+  const bool emulate = dense && options_.emulate_llama_cpp_f16;
+
+  im.x.resize(size_t(T * d));
+  im.xn.resize(size_t(T * d));
+  im.q.resize(size_t(T * q_dim));
+  im.k.resize(size_t(T * kv_dim));
+  im.v.resize(size_t(T * kv_dim));
+  im.attn.resize(size_t(T * q_dim));
+  im.proj.resize(size_t(T * d));
+  im.gate.resize(size_t(T * c.ffn_dim));
+  im.up.resize(size_t(T * c.ffn_dim));
+  for (int64_t t = 0; t < T; ++t) model.token_embedding().DequantizeRow(tokens[size_t(t)], im.x.data() + t * d);
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LlamaModel::Layer& L = model.layer(l);
+    for (int64_t t = 0; t < T; ++t) RmsNorm(im.x.data() + t * d, L.attn_norm.data(), d, c.rms_norm_eps, im.xn.data() + t * d);
+    MatMul(L.wq, im.xn.data(), T, im.q.data(), &im.pool, &im.q8_scratch);
+    MatMul(L.wk, im.xn.data(), T, im.k.data(), &im.pool, &im.q8_scratch);
+    MatMul(L.wv, im.xn.data(), T, im.v.data(), &im.pool, &im.q8_scratch);
+    for (int64_t t = 0; t < T; ++t) {
+      ApplyRope(im.q.data() + t * q_dim, nq, hd, c.rope_dims, num_past_ + t, c.rope_freq_base);
+      ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, num_past_ + t, c.rope_freq_base);
+    }
+
+    for (InferenceSession* f : followers) MINIMAKV_RETURN_IF_ERROR(f->StoreFollowerKv(l, im.k.data(), im.v.data(), T));
+    if (dense) {
+      float* kc = im.dense_k[size_t(l)].data() + num_past_ * kv_dim;
+      float* vc = im.dense_v[size_t(l)].data() + num_past_ * kv_dim;
+      for (int64_t i = 0; i < T * kv_dim; ++i) {
+        kc[i] = emulate ? RoundFp16(im.k[size_t(i)]) : im.k[size_t(i)];
+        vc[i] = emulate ? RoundFp16(im.v[size_t(i)]) : im.v[size_t(i)];
+      }
+      if (emulate) for (float& x : im.q) x = RoundFp16(x);
+      const float* keys = im.dense_k[size_t(l)].data();
+      const float* values = im.dense_v[size_t(l)].data();
+      im.pool.ParallelFor(T * nq, 4, [&](int64_t i0, int64_t i1) {
+        std::vector<float> scores;
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t t = i / nq;
+          const int h = int(i % nq);
+          const int g = h / group;
+          AttendContiguous(im.q.data() + t * q_dim + int64_t(h) * hd, keys + int64_t(g) * hd,
+                           values + int64_t(g) * hd, num_past_ + t + 1, kv_dim, hd, sm_scale, emulate, &scores,
+                           im.attn.data() + t * q_dim + int64_t(h) * hd, nullptr);
+        }
+      });
+    } else {
+      PagedCache& cache = *im.cache;
+      const SeqId seqs[1] = {im.seq};
+      if (T == 1) MINIMAKV_RETURN_IF_ERROR(cache.Append(im.seq, l, im.k.data(), im.v.data(), 1));
+      const bool have_cache = cache.SeqTokens(im.seq, l) > 0;
+      if (have_cache) {
+        PagedKvView views[kNumKvFormats];
+        int num_views = 0;
+        for (int f = 0; f < kNumKvFormats; ++f) {
+          if (cache.Pool(KvFormat(f)) == nullptr) continue;
+          MINIMAKV_RETURN_IF_ERROR(cache.BuildFormatView(l, seqs, KvFormat(f), &im.view_storage[f], &views[num_views]));
+          ++num_views;
+        }
+        const int32_t q_indptr[2] = {0, int32_t(T)};
+        AttentionQueries queries;
+        queries.q = im.q.data();
+        queries.q_indptr = q_indptr;
+        queries.num_seqs = 1;
+        queries.num_q_heads = nq;
+        queries.sm_scale = sm_scale;
+        float* out = T == 1 ? im.attn.data() : (im.cache_out.resize(size_t(T * q_dim)), im.cache_out.data());
+        im.cache_lse.resize(size_t(T * nq));
+        CpuAttentionOptions opts;
+        opts.num_threads = options_.num_threads;
+        MINIMAKV_RETURN_IF_ERROR(AttendMixedCpu(std::span<const PagedKvView>(views, size_t(num_views)), queries,
+                                                &cache.rotation(), out, im.cache_lse.data(), opts));
+      }
+      if (T > 1) {
+        // Causal attention inside the chunk on full-precision K/V, merged with the cached part.
+        im.pool.ParallelFor(T * nq, 4, [&](int64_t i0, int64_t i1) {
+          std::vector<float> scores;
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / nq;
+            const int h = int(i % nq);
+            const int g = h / group;
+            float* o = im.attn.data() + t * q_dim + int64_t(h) * hd;
+            float lse = 0.0f;
+            AttendContiguous(im.q.data() + t * q_dim + int64_t(h) * hd, im.k.data() + int64_t(g) * hd,
+                             im.v.data() + int64_t(g) * hd, t + 1, kv_dim, hd, sm_scale, false, &scores, o, &lse);
+            if (have_cache) {
+              MergePartialState(o, &lse, im.cache_out.data() + t * q_dim + int64_t(h) * hd,
+                                im.cache_lse[size_t(t * nq + h)], hd);
+            }
+          }
+        });
+        MINIMAKV_RETURN_IF_ERROR(cache.Append(im.seq, l, im.k.data(), im.v.data(), int(T)));
+      }
+    }
+
+    MatMul(L.wo, im.attn.data(), T, im.proj.data(), &im.pool, &im.q8_scratch);
+    for (int64_t i = 0; i < T * d; ++i) im.x[size_t(i)] += im.proj[size_t(i)];
+    for (int64_t t = 0; t < T; ++t) RmsNorm(im.x.data() + t * d, L.ffn_norm.data(), d, c.rms_norm_eps, im.xn.data() + t * d);
+    MatMul(L.w_gate, im.xn.data(), T, im.gate.data(), &im.pool, &im.q8_scratch);
+    MatMul(L.w_up, im.xn.data(), T, im.up.data(), &im.pool, &im.q8_scratch);
+    for (int64_t i = 0; i < T * c.ffn_dim; ++i) {
+      const float g = im.gate[size_t(i)];
+      im.gate[size_t(i)] = g / (1.0f + std::exp(-g)) * im.up[size_t(i)];  // SwiGLU: silu(gate) * up
+    }
+    MatMul(L.w_down, im.gate.data(), T, im.proj.data(), &im.pool, &im.q8_scratch);
+    for (int64_t i = 0; i < T * d; ++i) im.x[size_t(i)] += im.proj[size_t(i)];
+  }
+
+  const int64_t first = all_logits ? 0 : T - 1;
+  const int64_t rows = T - first;
+  for (int64_t t = first; t < T; ++t) {
+    RmsNorm(im.x.data() + t * d, model.output_norm().data(), d, c.rms_norm_eps, im.xn.data() + (t - first) * d);
+  }
+  logits->resize(size_t(rows * c.vocab_size));
+  MatMul(model.output(), im.xn.data(), rows, logits->data(), &im.pool, &im.q8_scratch);
+  num_past_ += T;
+  return Status::Ok();
+}
+
+KvAccounting InferenceSession::Accounting() const {
+  if (impl_->cache) return impl_->cache->Accounting();
+  return KvAccounting();
+}
+
+double InferenceSession::KvBytesPerToken() const {
+  const LlamaConfig& c = impl_->model->config();
+  if (!impl_->cache) return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * sizeof(float);
+  return impl_->cache->Accounting().bytes_per_live_token;
+}
+
+double InferenceSession::CompressionVsBf16() const {
+  if (!impl_->cache) return 0.5;  // fp32 is half as compact as bf16
+  return impl_->cache->Accounting().compression_vs_bf16;
+}
+
+}  // namespace minimakv
