@@ -62,7 +62,8 @@ struct CudaWorkItem {
 class CudaDecodePlan {
  public:
   // views: the formats present in this step (each at most once; a view whose sequences are all empty may be
-  // left out). sm_count: multiprocessors of the device (cudaDevAttrMultiProcessorCount), sizes the split.
+  // left out). sm_count: multiprocessors of the device (cudaDevAttrMultiProcessorCount). The split fills whole
+  // waves of resident CTAs (queried from the current device: Create calls the CUDA runtime, no stream work).
   static Status Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views, int sm_count,
                        CudaDecodePlan* out);
 

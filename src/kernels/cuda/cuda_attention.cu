@@ -34,7 +34,8 @@ constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
 constexpr int kMaxGroup = 8;            // query heads per KV head that fit the MMA's 8-wide head dimension
 constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k-steps (each thread: 32 of them)
-constexpr int kMinChunkTokens = 256;    // smallest page chunk a CTA takes (keeps the merge small)
+constexpr int kMinChunkTokens = 128;    // smallest page chunk a CTA takes (keeps the merge small)
+constexpr int kCtaOverheadTokens = 128; // split cost model: a CTA's fixed work (query fragments, combine) in tokens
 constexpr int kMergeWarps = 4;
 constexpr size_t kWorkspaceAlign = 256;
 // TQ3 centroids enter the MMA as fp16. Plain fp16(c) is off by up to 2.4e-4 relative, which large attention
@@ -52,8 +53,6 @@ Status CudaError(cudaError_t error, const char* what) {
 
 size_t AlignUp(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-// CTAs per SM the split aims for (enough work items to fill the GPU).
-constexpr int DecodeCtasPerSm(int head_dim) { return head_dim == 256 ? 2 : 3; }
 
 // ---------------------------------------------------------------------------------------------------------
 // Device helpers
@@ -290,10 +289,10 @@ struct TileLayout {
   static constexpr int kStagesBytes = kDecodeWarps * kStages * kStageBytes;
   static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
-  // 64 output accumulators need the registers) and 3 for d = 128.
+  // 64 output accumulators need the registers; 3 for TQ3, whose staged tiles are small) and 4 for d = 128.
   static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
-  static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > (kHeadDim == 256 ? 2 : 3) ? (kHeadDim == 256 ? 2 : 3)
-                                                                                               : kSmemCtas;
+  static constexpr int kCtaCap = kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? 3 : 2) : 4;
+  static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
 };
 
 __device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
@@ -626,19 +625,72 @@ struct MergeParams {
   float inv_sqrt_dim;
 };
 
+// Merges the items of one view of (seq, head) into one state, then that state into acc via MergePartialState.
+// Items in parallel: lanes reduce the max and the weight sum of the LSEs; the outputs are then accumulated with
+// their weights, four items' loads in flight at a time (the per-item loop is latency bound otherwise).
 template <int kHeadDim>
 __device__ inline void MergeView(const MergeParams& p, int v, int seq, int head, int lane,
                                  float (&acc)[kHeadDim / kWarpSize], float* acc_lse) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
+  constexpr int kUnroll = 4;
   const int begin = p.indptr[v][seq];
   const int end = p.indptr[v][seq + 1];
-  for (int it = begin; it < end; ++it) {
-    const size_t state = size_t(p.item_offset[v] + it) * p.num_q_heads + head;
-    float other[kPerLane];
+  if (begin == end) return;
+  const size_t first_state = size_t(p.item_offset[v] + begin) * p.num_q_heads + head;
+  const size_t stride = size_t(p.num_q_heads);
+  const int n = end - begin;
+  float max_lse = -INFINITY;
+  for (int i = lane; i < n; i += kWarpSize) max_lse = fmaxf(max_lse, p.part_lse[first_state + i * stride]);
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) other[k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
-    MergePartialState(acc, acc_lse, other, p.part_lse[state], kPerLane);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(kFullWarpMask, max_lse, offset));
   }
+  float view_out[kPerLane];
+  float view_lse;
+  if (max_lse == -INFINITY || max_lse == INFINITY) {
+    // All empty, or an infinite LSE: the exact edge-case rules of MergePartialState, item by item.
+    view_lse = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) view_out[k] = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const size_t state = first_state + i * stride;
+      float other[kPerLane];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) other[k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+      MergePartialState(view_out, &view_lse, other, p.part_lse[state], kPerLane);
+    }
+  } else {
+    float weight_sum = 0.0f;
+    for (int i = lane; i < n; i += kWarpSize) weight_sum += exp2f(p.part_lse[first_state + i * stride] - max_lse);
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+      weight_sum += __shfl_xor_sync(kFullWarpMask, weight_sum, offset);
+    }
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) view_out[k] = 0.0f;
+    for (int i0 = 0; i0 < n; i0 += kUnroll) {
+      float other[kUnroll][kPerLane];
+      float weight[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = min(i0 + u, n - 1);
+        const size_t state = first_state + i * stride;
+        weight[u] = i0 + u < n ? exp2f(p.part_lse[state] - max_lse) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) other[u][k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) view_out[k] += weight[u] == 0.0f ? 0.0f : weight[u] * other[u][k];
+      }
+    }
+    const float inv = 1.0f / weight_sum;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) view_out[k] *= inv;
+    view_lse = max_lse + log2f(weight_sum);
+  }
+  MergePartialState(acc, acc_lse, view_out, view_lse, kPerLane);
 }
 
 template <int kHeadDim>
@@ -670,14 +722,46 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   if (lane == 0) p.lse_log2[row] = acc_lse;
 }
 
+// Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
+// any run, so a graph capture of the run only sees launches).
+template <KvFormat kFormat, int kHeadDim>
+cudaError_t PreparePartial() {
+  static const cudaError_t status =
+      cudaFuncSetAttribute(DecodePartialKernel<kFormat, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           TileLayout<kFormat, kHeadDim>::kSmemBytes);
+  return status;
+}
+
+// Resident CTAs per SM of a partial kernel (the split fills whole waves of these).
+template <KvFormat kFormat, int kHeadDim>
+Status PartialOccupancy(int* ctas_per_sm) {
+  MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
+  return CudaError(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, DecodePartialKernel<kFormat, kHeadDim>,
+                                                                  kDecodeThreads,
+                                                                  TileLayout<kFormat, kHeadDim>::kSmemBytes),
+                   "occupancy query");
+}
+Status PartialOccupancyFor(KvFormat format, int head_dim, int* ctas_per_sm) {
+  if (head_dim == 256) {
+    switch (format) {
+      case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 256>(ctas_per_sm);
+      case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 256>(ctas_per_sm);
+      case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 256>(ctas_per_sm);
+    }
+  } else {
+    switch (format) {
+      case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 128>(ctas_per_sm);
+      case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 128>(ctas_per_sm);
+      case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 128>(ctas_per_sm);
+    }
+  }
+  return Status::Internal("unknown format");
+}
+
 template <KvFormat kFormat, int kHeadDim>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
   using L = TileLayout<kFormat, kHeadDim>;
-  // Raise the dynamic shared memory limit once per instantiation (the first, eager run; not a stream operation,
-  // so a later graph capture only sees the launch).
-  static const cudaError_t attribute_status = cudaFuncSetAttribute(
-      DecodePartialKernel<kFormat, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes);
-  MINIMAKV_RETURN_IF_ERROR(CudaError(attribute_status, "decode partial kernel shared memory attribute"));
+  MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
   DecodePartialKernel<kFormat, kHeadDim>
       <<<dim3(unsigned(items), unsigned(kv_heads)), kDecodeThreads, L::kSmemBytes, stream>>>(params);
   return CudaError(cudaGetLastError(), "decode partial kernel launch");
@@ -725,7 +809,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   std::vector<std::vector<CudaWorkItem>> items(num_views);
   std::vector<std::vector<int32_t>> indptr(num_views);
   bool seen[kNumKvFormats] = {};
-  const int target_ctas = sm_count * DecodeCtasPerSm(shape.head_dim);
   for (int v = 0; v < num_views; ++v) {
     const CudaViewLengths& view = views[v];
     const int f = int(view.format);
@@ -751,10 +834,34 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
                                        "] = " + std::to_string(view.last_page_tokens[s]) + " outside [1, page_tokens]");
       }
     }
-    const int64_t total_pages = view.page_indptr[shape.num_seqs];
-    const int64_t min_pages = (kMinChunkTokens + view.page_tokens - 1) / view.page_tokens;
-    const int64_t chunk_pages =
-        std::max<int64_t>(min_pages, (total_pages * shape.kv_heads + target_ctas - 1) / target_ctas);
+    // Split: chunks of at most chunk_pages pages per sequence; each chunk x KV head is one CTA. Pick chunk_pages
+    // minimizing the modeled step time, waves(chunk) * (chunk + per-CTA overhead), waves = ceil(CTAs / resident
+    // slots): whole waves, no mostly-empty last wave (a 1.45-wave split costs 27% of the bandwidth).
+    int ctas_per_sm = 0;
+    MINIMAKV_RETURN_IF_ERROR(PartialOccupancyFor(view.format, shape.head_dim, &ctas_per_sm));
+    const int64_t slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
+    int64_t max_seq_pages = 1;
+    for (int s = 0; s < shape.num_seqs; ++s) {
+      max_seq_pages = std::max<int64_t>(max_seq_pages, view.page_indptr[s + 1] - view.page_indptr[s]);
+    }
+    const int64_t min_pages = std::min<int64_t>(max_seq_pages, (kMinChunkTokens + view.page_tokens - 1) / view.page_tokens);
+    const double overhead_pages = double(kCtaOverheadTokens) / view.page_tokens;
+    int64_t chunk_pages = max_seq_pages;
+    double best_cost = INFINITY;
+    for (int64_t cp = max_seq_pages; cp >= min_pages; --cp) {
+      int64_t ctas = 0;
+      for (int s = 0; s < shape.num_seqs; ++s) {
+        const int64_t pages = view.page_indptr[s + 1] - view.page_indptr[s];
+        ctas += (pages + cp - 1) / cp;
+      }
+      ctas *= shape.kv_heads;
+      const double cost = double((ctas + slots - 1) / slots) * (double(cp) + overhead_pages);
+      if (cost < best_cost * 0.999) {  // prefer larger chunks (fewer items) on near-ties
+        best_cost = cost;
+        chunk_pages = cp;
+      }
+      if (ctas > 16 * slots) break;  // smaller chunks only add waves and merge work
+    }
     indptr[v].assign(size_t(shape.num_seqs) + 1, 0);
     for (int s = 0; s < shape.num_seqs; ++s) {
       const int begin = view.page_indptr[s];
