@@ -64,6 +64,15 @@ MINIMAKV_AVX512_TARGET inline __m512 Exp2(__m512 x) {
   return _mm512_scalef_ps(poly, n);
 }
 
+// Software prefetch of `bytes` bytes from `p` into L2: pages are scattered in the pool, so the hardware
+// streamer (which stops at 4 KiB boundaries) alone leaves a core short of memory-level parallelism.
+constexpr size_t kCacheLineBytes = 64;
+MINIMAKV_AVX512_TARGET inline void PrefetchL2(const uint8_t* p, size_t bytes) {
+  for (size_t offset = 0; offset < bytes; offset += kCacheLineBytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
+  }
+}
+
 // Lane i of the result = sum of the 16 lanes of v[i]: a transpose-and-add tree, 45 instructions for 16 sums
 // instead of 16 separate horizontal reductions.
 MINIMAKV_AVX512_TARGET inline __m512 Reduce16(const __m512 (&v)[16]) {
@@ -153,6 +162,14 @@ struct Fp8Lanes {
   }
 };
 
+// A mask register loaded straight from memory: kmovw k, m16 is a load-port uop, while the compiler's default
+// (movzwl to a general register, then kmovw k, r32) spends a port-5 uop that the blends and FMAs need.
+MINIMAKV_AVX512_TARGET inline __mmask16 LoadMask16(const uint8_t* p) {
+  __mmask16 mask;
+  asm("kmovw %1, %0" : "=k"(mask) : "m"(*reinterpret_cast<const uint16_t*>(p)));
+  return mask;
+}
+
 struct Tq3Lanes {
   static constexpr KvFormat kFormat = KvFormat::kTq3;
   static constexpr int kStepCoords = 32;
@@ -172,11 +189,9 @@ struct Tq3Lanes {
     // Group `step` is three little-endian uint32 bit planes (tq3_codec.h); each 16-bit half is a lane mask.
     const uint8_t* group = codes + 12 * step;
     for (int half = 0; half < 2; ++half) {
-      // Mask registers loaded straight from memory (kmovw k, m16: a load, no ALU port).
-      __mmask16 bit0, bit1, sign;
-      std::memcpy(&bit0, group + 2 * half, sizeof bit0);
-      std::memcpy(&bit1, group + 4 + 2 * half, sizeof bit1);
-      std::memcpy(&sign, group + 8 + 2 * half, sizeof sign);
+      const __mmask16 bit0 = LoadMask16(group + 2 * half);
+      const __mmask16 bit1 = LoadMask16(group + 4 + 2 * half);
+      const __mmask16 sign = LoadMask16(group + 8 + 2 * half);
       const __m512 low = _mm512_mask_blend_ps(bit0, s.magnitude[0], s.magnitude[1]);
       const __m512 high = _mm512_mask_blend_ps(bit0, s.magnitude[2], s.magnitude[3]);
       const __m512 magnitude = _mm512_mask_blend_ps(bit1, low, high);
@@ -236,13 +251,15 @@ struct alignas(64) Workspace {
 };
 
 // Scores of keys [0, n) of a block for ROWS rows: ws.scores[r][j] = q_r . k_j (unscaled by the key scale).
+// While scoring, the values of the same keys are prefetched (the value pass reads them next).
 template <typename Codec, int ROWS>
 MINIMAKV_AVX512_TARGET void ScoreBlock(const typename Codec::State& state, const uint8_t* keys, size_t key_bytes,
-                                       int n, int head_dim, Workspace& ws) {
+                                       const uint8_t* values, int n, int head_dim, Workspace& ws) {
   constexpr int kKeysPerTile = kLanes / ROWS;
   const int steps = head_dim / Codec::kStepCoords;
   alignas(64) float tile_sums[kLanes];
   for (int j0 = 0; j0 < n; j0 += kKeysPerTile) {
+    PrefetchL2(values + size_t(j0) * key_bytes, size_t(std::min(kKeysPerTile, n - j0)) * key_bytes);
     const uint8_t* key_ptr[kKeysPerTile];
     for (int kt = 0; kt < kKeysPerTile; ++kt) key_ptr[kt] = keys + size_t(std::min(j0 + kt, n - 1)) * key_bytes;
     __m512 acc[kLanes];
@@ -304,9 +321,29 @@ MINIMAKV_AVX512_TARGET void SoftmaxBlock(int n, int head_dim, bool has_scales, W
 }
 
 // acc[row0 + r] += sum_j weight[row0 + r][j] * v_j for R rows, CHUNKS chunks of 16 coordinates per pass.
+// acc[r][c] += weight[row0 + r][j] * (chunk c of value j), for the pass starting at coordinate `base`.
+template <typename Codec, int R, int CHUNKS, int STEPS>
+MINIMAKV_AVX512_TARGET __attribute__((always_inline)) inline void AccumulateOne(
+    const typename Codec::State& state, const uint8_t* v, int j, int row0, int base, __m512 (&acc)[R][CHUNKS],
+    const Workspace& ws) {
+  const int first_step = base / Codec::kStepCoords;
+  __m512 chunk[CHUNKS];
+  for (int s = 0; s < STEPS; ++s) {
+    __m512 part[Codec::kChunks];
+    Codec::Unpack(state, v, first_step + s, part);
+    for (int c = 0; c < Codec::kChunks; ++c) chunk[s * Codec::kChunks + c] = part[c];
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 weight = _mm512_set1_ps(ws.scores[row0 + r][j]);
+    for (int c = 0; c < CHUNKS; ++c) acc[r][c] = _mm512_fmadd_ps(weight, chunk[c], acc[r][c]);
+  }
+}
+
+// next_keys (may be null): the next block's keys, prefetched during the first pass (next_key_count of them).
 template <typename Codec, int R, int CHUNKS>
 MINIMAKV_AVX512_TARGET void AccumulateValues(const typename Codec::State& state, const uint8_t* values,
-                                             size_t value_bytes, int n, int head_dim, int row0, Workspace& ws) {
+                                             size_t value_bytes, int n, int head_dim, int row0,
+                                             const uint8_t* next_keys, int next_key_count, Workspace& ws) {
   static_assert(CHUNKS % Codec::kChunks == 0, "a pass covers whole unpack steps");
   constexpr int kStepsPerPass = CHUNKS / Codec::kChunks;
   for (int base = 0; base < head_dim; base += CHUNKS * kLanes) {
@@ -314,18 +351,16 @@ MINIMAKV_AVX512_TARGET void AccumulateValues(const typename Codec::State& state,
     for (int r = 0; r < R; ++r) {
       for (int c = 0; c < CHUNKS; ++c) acc[r][c] = _mm512_load_ps(&ws.acc[row0 + r][base + c * kLanes]);
     }
-    const int first_step = base / Codec::kStepCoords;
-    for (int j = 0; j < n; ++j) {
-      const uint8_t* v = values + size_t(j) * value_bytes;
-      __m512 chunk[CHUNKS];
-      for (int s = 0; s < kStepsPerPass; ++s) {
-        __m512 part[Codec::kChunks];
-        Codec::Unpack(state, v, first_step + s, part);
-        for (int c = 0; c < Codec::kChunks; ++c) chunk[s * Codec::kChunks + c] = part[c];
+    if (base == 0 && next_keys != nullptr) {
+      // Spread the next block's key prefetches over this pass: one key's lines per value.
+      for (int j = 0; j < n; ++j) {
+        if (j < next_key_count) PrefetchL2(next_keys + size_t(j) * value_bytes, value_bytes);
+        AccumulateOne<Codec, R, CHUNKS, kStepsPerPass>(state, values + size_t(j) * value_bytes, j, row0, base, acc, ws);
       }
-      for (int r = 0; r < R; ++r) {
-        const __m512 weight = _mm512_set1_ps(ws.scores[row0 + r][j]);
-        for (int c = 0; c < CHUNKS; ++c) acc[r][c] = _mm512_fmadd_ps(weight, chunk[c], acc[r][c]);
+      if (n < next_key_count) PrefetchL2(next_keys + size_t(n) * value_bytes, size_t(next_key_count - n) * value_bytes);
+    } else {
+      for (int j = 0; j < n; ++j) {
+        AccumulateOne<Codec, R, CHUNKS, kStepsPerPass>(state, values + size_t(j) * value_bytes, j, row0, base, acc, ws);
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -334,18 +369,21 @@ MINIMAKV_AVX512_TARGET void AccumulateValues(const typename Codec::State& state,
   }
 }
 
+
 // Value pass for all ROWS rows: at most 24 accumulator registers; FP8 (4 chunks per unpack) with more than 4
 // rows runs two row groups.
 template <typename Codec, int ROWS>
 MINIMAKV_AVX512_TARGET void ValueBlock(const typename Codec::State& state, const uint8_t* values,
-                                       size_t value_bytes, int n, int head_dim, Workspace& ws) {
+                                       size_t value_bytes, int n, int head_dim, const uint8_t* next_keys,
+                                       int next_key_count, Workspace& ws) {
   if constexpr (ROWS <= 4) {
-    AccumulateValues<Codec, ROWS, 4>(state, values, value_bytes, n, head_dim, 0, ws);
+    AccumulateValues<Codec, ROWS, 4>(state, values, value_bytes, n, head_dim, 0, next_keys, next_key_count, ws);
   } else if constexpr (Codec::kChunks == 2) {
-    AccumulateValues<Codec, ROWS, ROWS <= 6 ? 4 : 2>(state, values, value_bytes, n, head_dim, 0, ws);
+    AccumulateValues<Codec, ROWS, ROWS <= 6 ? 4 : 2>(state, values, value_bytes, n, head_dim, 0, next_keys,
+                                                     next_key_count, ws);
   } else {
-    AccumulateValues<Codec, 4, 4>(state, values, value_bytes, n, head_dim, 0, ws);
-    AccumulateValues<Codec, ROWS - 4, 4>(state, values, value_bytes, n, head_dim, 4, ws);
+    AccumulateValues<Codec, 4, 4>(state, values, value_bytes, n, head_dim, 0, next_keys, next_key_count, ws);
+    AccumulateValues<Codec, ROWS - 4, 4>(state, values, value_bytes, n, head_dim, 4, nullptr, 0, ws);
   }
 }
 
@@ -371,20 +409,33 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
   // 2. Blocks of keys, page by page.
+  auto page_tokens = [&](int p) { return p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens; };
+  auto page_base = [&](int p) { return task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes(); };
   for (int p = 0; p < task.num_pages; ++p) {
-    const uint8_t* page = task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes();
-    const int tokens = p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens;
+    const uint8_t* page = page_base(p);
+    const int tokens = page_tokens(p);
     for (int t0 = 0; t0 < tokens; t0 += kBlockKeys) {
       const int n = std::min(kBlockKeys, tokens - t0);
+      // The block after this one: same page further on, else the next page's first block.
+      const uint8_t* next_keys = nullptr;
+      int next_n = 0;
+      if (t0 + kBlockKeys < tokens) {
+        next_keys = page + layout.k_codes_offset(task.kv_head, t0 + kBlockKeys);
+        next_n = std::min(kBlockKeys, tokens - t0 - kBlockKeys);
+      } else if (p + 1 < task.num_pages) {
+        next_keys = page_base(p + 1) + layout.k_codes_offset(task.kv_head, 0);
+        next_n = std::min(kBlockKeys, page_tokens(p + 1));
+      }
       if constexpr (kHasScales) {
         const uint8_t* k_scales = page + layout.k_scale_offset(task.kv_head, t0);
         const uint8_t* v_scales = page + layout.v_scale_offset(task.kv_head, t0);
         LoadScales<Codec>(k_scales, n, ws.key_scale);
         LoadScales<Codec>(v_scales, n, ws.value_scale);
       }
-      ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, n, d, ws);
+      const uint8_t* values = page + layout.v_codes_offset(task.kv_head, t0);
+      ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, values, n, d, ws);
       SoftmaxBlock<ROWS>(n, d, kHasScales, ws);
-      ValueBlock<Codec, ROWS>(state, page + layout.v_codes_offset(task.kv_head, t0), code_bytes, n, d, ws);
+      ValueBlock<Codec, ROWS>(state, values, code_bytes, n, d, next_keys, next_n, ws);
     }
   }
   // 3. Normalize, restore coordinate order, rotate TQ3 back.
