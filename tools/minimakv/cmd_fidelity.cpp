@@ -64,6 +64,11 @@ int RunFidelityCommand(const std::vector<std::string>& args) {
   parser.AddInt("anchor-tokens", "minima path: leading tokens in FP8", &config.anchor_tokens);
   parser.AddInt("recent-tokens", "minima path: most recent tokens in FP8", &config.recent_tokens);
   parser.AddInt("seed", "seed of the synthetic K/V and queries", &seed);
+  parser.AddDouble("rope-theta", "RoPE base of the synthetic keys (Llama 3.1: 500000)", &config.rope_theta);
+  parser.AddInt("outlier-channels", "key outlier channels per KV head", &config.outlier_channels);
+  parser.AddDouble("outlier-scale", "scale of those channels", &config.outlier_scale);
+  parser.AddInt("planted-tokens", "strongly attended tokens per (query, head)", &config.planted_tokens);
+  parser.AddInt("threads", "worker threads", &config.num_threads);
   parser.AddBool("json", "print a JSON array of rows", &json);
   parser.AddBool("jsonl", "print one JSON row per line (JSON Lines)", &jsonl);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_mode);

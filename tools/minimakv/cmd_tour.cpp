@@ -28,7 +28,7 @@ int RunTourCommand(const std::vector<std::string>& args) {
   bool json = false;
   std::string progress_mode = "auto";
   ArgParser parser(command,
-                   "A short tour (about a minute on 2 cores): 1) KV bytes and concurrent requests for Qwen3.6-27B with\n"
+                   "A short tour (under 2 minutes on 2 cores): 1) KV bytes and concurrent requests for Qwen3.6-27B with\n"
                    "the paper's 96 GB GPU inputs; 2) attention-output fidelity of bf16/fp8/tq3/minima against fp64\n"
                    "on a synthetic sequence; 3) CPU decode-step time of each path against bf16 (Llama-3.1-8B layer).");
   parser.AddInt("context", "tokens in the synthetic sequence; 32k = 32768", &context_tokens);
