@@ -1,7 +1,9 @@
 // Physical floors of this machine, measured (not taken from a spec sheet), so benchmarks can say how far a
 // kernel is from what the hardware allows:
 //   memory floor   = bytes read / sustained read bandwidth (a buffer far larger than the last-level cache)
-//   compute floor  = multiply-adds / fp32 FMA peak (independent AVX-512 FMA chains, or AVX2/scalar fallback)
+//   compute floor  = multiply-adds / fp32 FMA peak (independent AVX-512 FMA chains, or a scalar fallback)
+// Both are timed with per-thread CPU time (the longest thread), so other jobs on a shared machine do not make
+// the hardware look slower than it is.
 #pragma once
 
 #include <cstddef>
