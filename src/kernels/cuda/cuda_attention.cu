@@ -413,7 +413,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
   float row_sum = 0.0f;       // head g, this thread's keys (reduced at the end)
-  float v_unit = 1.0f;        // o_acc holds O / v_unit (keeps the folded V scales in fp16 range)
+  float v_unit = kScaled ? 0.0f : 1.0f;  // o_acc holds O / v_unit (keeps the folded V scales in fp16 range)
+  float inv_v_unit = 0.0f;
   float o_acc[kMTiles][4];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
@@ -436,10 +437,20 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const int page_valid = page_local == num_pages - 1 ? item.last_tokens : page_tokens;
     const int valid = min(kTile, page_valid - kTile * tile_in_page);
 
-    // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one. Separate hi / lo
-    // accumulators halve the MMA dependency chains.
-    float s0h[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s0l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float s1h[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one. One accumulator
+    // per (block, query part) keeps the MMA dependency chains at 8. TQ3 skips the query's low part: its fp16
+    // centroids (1.27e-5 relative) already bound the score precision, and the MMAs are its tightest pipe.
+    constexpr int kQParts = kFormat == KvFormat::kTq3 ? 1 : 2;
+    float s0[kBlocks][kQParts][4];
+    float s1[kBlocks][kQParts][4];
+#pragma unroll
+    for (int block = 0; block < kBlocks; ++block) {
+#pragma unroll
+      for (int part = 0; part < kQParts; ++part) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s0[block][part][i] = s1[block][part][i] = 0.0f;
+      }
+    }
     const uint8_t* key_a = stage + L::kKOffset + min(g, valid - 1) * L::kKStride;
     const uint8_t* key_b = stage + L::kKOffset + min(8 + g, valid - 1) * L::kKStride;
 #pragma unroll
@@ -451,15 +462,27 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
       for (int jj = 0; jj < 8; ++jj) {
         const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];
-        Mma<kFormat>(s0h, qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
-        Mma<kFormat>(s0l, qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
-        Mma<kFormat>(s1h, qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
-        Mma<kFormat>(s1l, qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        Mma<kFormat>(s0[block][0], qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
+        Mma<kFormat>(s1[block][0], qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        if constexpr (kQParts == 2) {
+          Mma<kFormat>(s0[block][kQParts - 1], qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
+          Mma<kFormat>(s1[block][kQParts - 1], qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        }
+      }
+    }
+    float score[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int block = 0; block < kBlocks; ++block) {
+#pragma unroll
+      for (int part = 0; part < kQParts; ++part) {
+        score[0] += s0[block][part][0];
+        score[1] += s0[block][part][1];
+        score[2] += s1[block][part][0];
+        score[3] += s1[block][part][1];
       }
     }
     // This thread's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t (S columns), for head g (S row).
     const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
-    float score[4] = {s0h[0] + s0l[0], s0h[1] + s0l[1], s1h[0] + s1l[0], s1h[1] + s1l[1]};
     float v_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -483,16 +506,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 
     float ratio = 1.0f;
     if constexpr (kScaled) {
+      // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
       float v_max = fmaxf(fmaxf(v_scale[0], v_scale[1]), fmaxf(v_scale[2], v_scale[3]));
       v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 1));
       v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 2));
-      if (v_max > 0.0f) {
-        const float new_unit = v_max * (1.0f / kProbScale);
+      const float new_unit = v_max * (1.0f / kProbScale);
+      if (new_unit > v_unit) {
         ratio = v_unit / new_unit;
         v_unit = new_unit;
+        inv_v_unit = kProbScale / v_max;
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) prob[i] *= v_scale[i] / v_unit;
+      for (int i = 0; i < 4; ++i) prob[i] *= v_scale[i] * inv_v_unit;
     }
     // P^T fragments: b0b1 = keys (2t, 2t+1), b2b3 = keys (8+2t, 9+2t) of head g.
     uint32_t pb_hi[2];
@@ -508,12 +533,14 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     // Rescale O columns (heads 2t, 2t + 1) by their heads' alpha.
     const float f0 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t)) * ratio;
     const float f1 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t + 1)) * ratio;
+    if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
 #pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
-      o_acc[m][0] *= f0;
-      o_acc[m][1] *= f1;
-      o_acc[m][2] *= f0;
-      o_acc[m][3] *= f1;
+      for (int m = 0; m < kMTiles; ++m) {
+        o_acc[m][0] *= f0;
+        o_acc[m][1] *= f1;
+        o_acc[m][2] *= f0;
+        o_acc[m][3] *= f1;
+      }
     }
     // ---- values: keys 2t, 2t+1, 8+2t, 9+2t; pack two keys' values of one dim per register.
     uint32_t va[kMTiles];
