@@ -172,8 +172,18 @@ int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   int runs = 30;
   bool quick = false;
+  const char* only_shape = nullptr;   // --only SHAPE CTX BATCH: one configuration (profiling)
+  int only_ctx = 0;
+  int only_batch = 0;
+  bool skip_convert = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
+      only_shape = argv[++i];
+      only_ctx = std::atoi(argv[++i]);
+      only_batch = std::atoi(argv[++i]);
+      skip_convert = true;
+    }
     else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
   }
@@ -235,6 +245,7 @@ int main(int argc, char** argv) {
   for (const Shape& shape : shapes) {
     for (int ctx : contexts) {
       for (int batch : batches) {
+        if (only_shape && (std::strcmp(only_shape, shape.name) || ctx != only_ctx || batch != only_batch)) continue;
         const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
         if (bf16_bytes * 2 > kMemoryBudget) {
           std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);
@@ -331,6 +342,7 @@ int main(int argc, char** argv) {
 
   // ---- conversion throughput: FP8 pages -> TQ3 pages (distinct pages, shuffled).
   for (const Shape& shape : shapes) {
+    if (skip_convert) break;
     const int pages = 8192;
     Pool fp8 = MakePool(KvFormat::kFp8, shape.kv_heads, shape.head_dim, pages, 21);
     Pool tq3 = MakePool(KvFormat::kTq3, shape.kv_heads, shape.head_dim, pages, 22);
