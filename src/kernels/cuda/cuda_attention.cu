@@ -419,15 +419,21 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
 
+  // The page id of the next tile to issue is loaded one iteration early, so its global-load latency is not on
+  // the warp's critical path.
+  auto page_id_of = [&](int tile) { return tile < num_tiles ? p.page_ids[item.page_begin + tile / tiles_per_page] : 0; };
+  int ahead_page_id = page_id_of(warp + kDecodeWarps * (L::kStages - 1));
   int iteration = 0;
   for (int tile = warp; tile < num_tiles; tile += kDecodeWarps, ++iteration) {
     {  // keep kStages - 1 tiles ahead in flight
       const int ahead = tile + kDecodeWarps * (L::kStages - 1);
       if (ahead < num_tiles) {
         IssueTile<kFormat, kHeadDim>(my_stages + ((iteration + L::kStages - 1) % L::kStages) * L::kStageBytes,
-                                     tile_page(ahead), p.layout, kv_head, kTile * (ahead % tiles_per_page), lane);
+                                     p.pages + size_t(ahead_page_id) * page_bytes, p.layout, kv_head,
+                                     kTile * (ahead % tiles_per_page), lane);
       }
       CpAsyncCommit();
+      ahead_page_id = page_id_of(ahead + kDecodeWarps);
     }
     CpAsyncWait<L::kStages - 1>();
     __syncwarp();
