@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,29 @@ TEST(ProgressLine, FormatsElapsedPercentAndEta) {
   EXPECT_EQ(ProgressLine::FormatLine("bench", 2.0, 0.25, "fp8"), "bench [2.0s]  25% ETA 6s: fp8");
   EXPECT_EQ(ProgressLine::FormatLine("bench", 1.25, -1.0, "bf16"), "bench [1.2s]: bf16");
   EXPECT_EQ(ProgressLine::FormatLine("bench", 3.0, 1.0, ""), "bench [3.0s] 100%");
+}
+
+TEST(ProgressLine, PlainLinesOffATerminalAreThrottledAndOffMeansSilent) {
+  std::FILE* log = std::tmpfile();
+  ASSERT_NE(log, nullptr);
+  {
+    ProgressLine progress("bench", ProgressLine::Mode::kAuto, log);  // a file is not a TTY: plain lines
+    progress.Update("first");
+    progress.Update("second");  // within kMinLogIntervalSeconds of the first: dropped
+    progress.Update(1.0, "done");  // final step: always printed
+  }
+  ProgressLine silent("bench", ProgressLine::Mode::kOff, log);
+  silent.Update(1.0, "never");
+  std::rewind(log);
+  char buffer[256] = {};
+  const size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, log);
+  std::fclose(log);
+  const std::string text(buffer, n);
+  EXPECT_NE(text.find(": first\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("second"), std::string::npos) << text;
+  EXPECT_NE(text.find("100%: done\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("never"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;  // no terminal redraw codes in logs
 }
 
 }  // namespace
