@@ -316,10 +316,15 @@ __device__ inline void IssueTile(uint8_t* stage, const uint8_t* page, const Page
   const uint8_t* v_src = page + layout.v_codes_offset(kv_head, tok0);
 #pragma unroll 4
   for (int c = lane; c < kCodeChunks; c += kWarpSize) {
-    const int row = c / kRowChunks;
-    const int col = c % kRowChunks;
-    CpAsync16(stage + L::kKOffset + row * L::kKStride + col * 16, k_src + c * 16);
-    CpAsync16(stage + L::kVOffset + row * L::kVStride + col * 16, v_src + c * 16);
+    if constexpr (L::kPadded) {
+      const int row = c / kRowChunks;
+      const int col = c % kRowChunks;
+      CpAsync16(stage + L::kKOffset + row * L::kKStride + col * 16, k_src + c * 16);
+      CpAsync16(stage + L::kVOffset + row * L::kVStride + col * 16, v_src + c * 16);
+    } else {  // unpadded rows: the staged runs are byte-for-byte copies
+      CpAsync16(stage + L::kKOffset + c * 16, k_src + c * 16);
+      CpAsync16(stage + L::kVOffset + c * 16, v_src + c * 16);
+    }
   }
   if constexpr (L::kScaleBytes > 0) {
     constexpr int kScaleChunks = L::kTile * L::kScaleBytes / 16;  // 4 (fp32) or 2 (fp16)
