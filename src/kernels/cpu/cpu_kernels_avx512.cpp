@@ -419,12 +419,21 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
       // The block after this one: same page further on, else the next page's first block.
       const uint8_t* next_keys = nullptr;
       int next_n = 0;
-      if (t0 + kBlockKeys < tokens) {
-        next_keys = page + layout.k_codes_offset(task.kv_head, t0 + kBlockKeys);
-        next_n = std::min(kBlockKeys, tokens - t0 - kBlockKeys);
+      const uint8_t* next_page = page;
+      int next_t0 = t0 + kBlockKeys;
+      if (next_t0 < tokens) {
+        next_n = std::min(kBlockKeys, tokens - next_t0);
       } else if (p + 1 < task.num_pages) {
-        next_keys = page_base(p + 1) + layout.k_codes_offset(task.kv_head, 0);
+        next_page = page_base(p + 1);
+        next_t0 = 0;
         next_n = std::min(kBlockKeys, page_tokens(p + 1));
+      }
+      if (next_n > 0) {
+        next_keys = next_page + layout.k_codes_offset(task.kv_head, next_t0);
+        if constexpr (kHasScales) {  // the next block's scales: two short runs the key prefetch does not cover
+          PrefetchL2(next_page + layout.k_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
+          PrefetchL2(next_page + layout.v_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
+        }
       }
       if constexpr (kHasScales) {
         const uint8_t* k_scales = page + layout.k_scale_offset(task.kv_head, t0);
