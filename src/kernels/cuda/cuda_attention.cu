@@ -133,23 +133,33 @@ __device__ inline Tq3Tables MakeTq3Tables() {
 
 // Expands kCoords (16 or 32) TQ3 coordinates (bits [0, kCoords) of the three plane words) into kCoords / 2 fp16x2
 // registers. Register rho = r * (kCoords / 8) + h holds coordinates (8 h + r, 8 h + 4 + r) (low, high half).
+// One quarter (r) of ExpandTq3: the kCoords / 8 registers rho = r * (kCoords / 8) + h, h < kCoords / 8.
+template <int kCoords>
+__device__ inline void ExpandTq3Quarter(uint32_t p0, uint32_t p1, uint32_t p2, int r, const Tq3Tables& tab,
+                                        uint32_t (&out)[kCoords / 8]) {
+  // Nibble n = 3-bit index of coordinate 4 n + r (bit 3 stays 0: plain byte select in prmt).
+  const uint32_t nib =
+      ((p0 >> r) & 0x11111111u) | (((p1 >> r) << 1) & 0x22222222u) | (((p2 >> r) << 2) & 0x44444444u);
+#pragma unroll
+  for (int half = 0; half < kCoords / 16; ++half) {
+    const uint32_t sel = nib >> (16 * half);
+    const uint32_t lo4 = __byte_perm(tab.lo, tab.lo, sel);
+    const uint32_t hi4 = __byte_perm(tab.hi_pos, tab.hi_neg, sel);
+    out[2 * half + 0] = __byte_perm(lo4, hi4, 0x5140);
+    out[2 * half + 1] = __byte_perm(lo4, hi4, 0x7362);
+  }
+}
+
 template <int kCoords>
 __device__ inline void ExpandTq3(uint32_t p0, uint32_t p1, uint32_t p2, const Tq3Tables& tab,
                                  uint32_t (&out)[kCoords / 2]) {
   constexpr int kPerR = kCoords / 8;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    // Nibble n = 3-bit index of coordinate 4 n + r (bit 3 stays 0: plain byte select in prmt).
-    const uint32_t nib = ((p0 >> r) & 0x11111111u) | (((p1 >> r) << 1) & 0x22222222u) |
-                         (((p2 >> r) << 2) & 0x44444444u);
+    uint32_t quarter[kPerR];
+    ExpandTq3Quarter<kCoords>(p0, p1, p2, r, tab, quarter);
 #pragma unroll
-    for (int half = 0; half < kPerR / 2; ++half) {
-      const uint32_t sel = nib >> (16 * half);
-      const uint32_t lo4 = __byte_perm(tab.lo, tab.lo, sel);
-      const uint32_t hi4 = __byte_perm(tab.hi_pos, tab.hi_neg, sel);
-      out[r * kPerR + 2 * half + 0] = __byte_perm(lo4, hi4, 0x5140);
-      out[r * kPerR + 2 * half + 1] = __byte_perm(lo4, hi4, 0x7362);
-    }
+    for (int h = 0; h < kPerR; ++h) out[r * kPerR + h] = quarter[h];
   }
 }
 
@@ -282,8 +292,10 @@ struct TileLayout {
   static constexpr int kKScaleOffset = kVOffset + kTile * kVStride;
   static constexpr int kVScaleOffset = kKScaleOffset + 64;  // room for 16 fp32 scales
   static constexpr int kStageBytes = kVScaleOffset + 64;
-  // Stages per warp: deeper for small tiles, so that each SM keeps ~100 KB of loads in flight.
-  static constexpr int kStages = kStageBytes > 8192 ? 2 : kStageBytes > 4096 ? 3 : 4;
+  // Stages per warp: each SM should keep ~50-100 KB of loads in flight.
+  // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 tiles are small and compute heavy: 3 stages
+  // at d = 256 (so 4 CTAs = 16 warps fit per SM), 4 at d = 128.
+  static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2 : kHeadDim == 256 ? 3 : 4;
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (kHeadDim + 2) * 4;
   static constexpr int kStagesBytes = kDecodeWarps * kStages * kStageBytes;
@@ -291,7 +303,7 @@ struct TileLayout {
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
   // 64 output accumulators need the registers; 3 for TQ3, whose staged tiles are small) and 4 for d = 128.
   static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
-  static constexpr int kCtaCap = kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? 3 : 2) : 4;
+  static constexpr int kCtaCap = kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? 4 : 2) : 4;
   static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
 };
 
@@ -449,9 +461,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const int valid = min(kTile, page_valid - kTile * tile_in_page);
 
     // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one. One accumulator
-    // per (block, query part) keeps the MMA dependency chains at 8. TQ3 skips the query's low part: its fp16
-    // centroids (1.27e-5 relative) already bound the score precision, and the MMAs are its tightest pipe.
-    constexpr int kQParts = kFormat == KvFormat::kTq3 ? 1 : 2;
+    // per (block, query part) keeps the MMA dependency chains at 8. (Dropping the query's low part for TQ3 was
+    // tried: 8% faster, but LSE errors reached 1.2e-3 relative, so every format keeps hi + lo.)
+    constexpr int kQParts = 2;
     float s0[kBlocks][kQParts][4];
     float s1[kBlocks][kQParts][4];
 #pragma unroll
@@ -466,6 +478,30 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const uint8_t* key_b = stage + L::kKOffset + min(8 + g, valid - 1) * L::kKStride;
 #pragma unroll
     for (int block = 0; block < kBlocks; ++block) {
+      if constexpr (kFormat == KvFormat::kTq3) {
+        // Expand one quarter (4 registers = k-steps 2r, 2r + 1) at a time: fewer live registers, more warps.
+        const uint8_t* ga = key_a + (block * 4 + t) * 12;
+        const uint8_t* gb = key_b + (block * 4 + t) * 12;
+        const uint32_t a0 = LoadU32(ga), a1 = LoadU32(ga + 4), a2 = LoadU32(ga + 8);
+        const uint32_t b0 = LoadU32(gb), b1 = LoadU32(gb + 4), b2 = LoadU32(gb + 8);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          uint32_t ka[4];
+          uint32_t kb[4];
+          ExpandTq3Quarter<32>(a0, a1, a2, r, tab, ka);
+          ExpandTq3Quarter<32>(b0, b1, b2, r, tab, kb);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int jj = 2 * r + half;
+            const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];
+            Mma<kFormat>(s0[block][0], qf.x, 0u, qf.y, 0u, ka[2 * half], ka[2 * half + 1]);
+            Mma<kFormat>(s1[block][0], qf.x, 0u, qf.y, 0u, kb[2 * half], kb[2 * half + 1]);
+            Mma<kFormat>(s0[block][kQParts - 1], qf.z, 0u, qf.w, 0u, ka[2 * half], ka[2 * half + 1]);
+            Mma<kFormat>(s1[block][kQParts - 1], qf.z, 0u, qf.w, 0u, kb[2 * half], kb[2 * half + 1]);
+          }
+        }
+        continue;
+      }
       uint32_t ka[16];
       uint32_t kb[16];
       LoadExpandK<kFormat>(key_a, block, t, tab, ka);
@@ -554,11 +590,40 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       }
     }
     // ---- values: keys 2t, 2t+1, 8+2t, 9+2t; pack two keys' values of one dim per register.
+    const uint8_t* v_rows = stage + L::kVOffset;
+    if constexpr (kFormat == KvFormat::kTq3) {
+      // One quarter of the 4 keys' codes at a time (kPerR m-tiles), straight into the MMAs.
+      constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
+      constexpr int kPerR = kCoords / 8;
+      const int group = kHeadDim == 256 ? g : (g >> 1);
+      const int shift = kHeadDim == 256 ? 0 : 16 * (g & 1);
+      uint32_t w[4][3];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kVStride + 12 * group;
+#pragma unroll
+        for (int plane = 0; plane < 3; ++plane) w[i][plane] = LoadU32(codes + 4 * plane) >> shift;
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        uint32_t e[4][kPerR];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ExpandTq3Quarter<kCoords>(w[i][0], w[i][1], w[i][2], r, tab, e[i]);
+#pragma unroll
+        for (int h = 0; h < kPerR; ++h) {
+          const int m = r * kPerR + h;
+          Mma<kFormat>(o_acc[m], __byte_perm(e[0][h], e[1][h], 0x5410), __byte_perm(e[0][h], e[1][h], 0x7632),
+                       __byte_perm(e[2][h], e[3][h], 0x5410), __byte_perm(e[2][h], e[3][h], 0x7632), pb_hi[0],
+                       pb_hi[1]);
+        }
+      }
+      __syncwarp();
+      continue;
+    }
     uint32_t va[kMTiles];
     uint32_t vb[kMTiles];
     uint32_t vc[kMTiles];
     uint32_t vd[kMTiles];
-    const uint8_t* v_rows = stage + L::kVOffset;
     LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[0], valid - 1) * L::kVStride, g, tab, va);
     LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[1], valid - 1) * L::kVStride, g, tab, vb);
     LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[2], valid - 1) * L::kVStride, g, tab, vc);
