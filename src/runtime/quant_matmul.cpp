@@ -111,6 +111,48 @@ __attribute__((target("avx2,fma,f16c"))) float DotQ8RowAvx2(GgmlType type, const
   return HorizontalSum(acc) + min_sum;
 }
 
+// One weight row against kTokenGroup activation rows: the weight block is unpacked once and its scales
+// converted once for all of them (prefill), otherwise the same arithmetic as DotQ8RowAvx2.
+constexpr int kTokenGroup = 4;
+__attribute__((target("avx2,fma,f16c"))) void DotQ8RowGroupAvx2(GgmlType type, const uint8_t* row,
+                                                                 const Q8Block* x, int64_t blocks, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kTokenGroup];
+  float min_sum[kTokenGroup];
+  for (int g = 0; g < kTokenGroup; ++g) {
+    acc[g] = _mm256_setzero_ps();
+    min_sum[g] = 0.0f;
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i wq;
+    float dw, mw = 0.0f;
+    if (type == GgmlType::kQ4_1) {
+      const uint8_t* blk = row + b * kQ4_1Bytes;
+      wq = Nibbles(blk + 4);
+      dw = HalfToFloat(LoadU16(blk));
+      mw = HalfToFloat(LoadU16(blk + 2));
+    } else if (type == GgmlType::kQ4_0) {
+      const uint8_t* blk = row + b * kQ4_0Bytes;
+      wq = _mm256_sub_epi8(Nibbles(blk + 2), _mm256_set1_epi8(kNibbleOffset));
+      dw = HalfToFloat(LoadU16(blk));
+    } else {
+      const uint8_t* blk = row + b * kQ8_0Bytes;
+      wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      dw = HalfToFloat(LoadU16(blk));
+    }
+    const __m256i w_abs = type == GgmlType::kQ4_1 ? wq : _mm256_sign_epi8(wq, wq);
+    for (int g = 0; g < kTokenGroup; ++g) {
+      const Q8Block& y = x[g * blocks + b];
+      __m256i yq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+      if (type != GgmlType::kQ4_1) yq = _mm256_sign_epi8(yq, wq);
+      const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, yq), ones));
+      acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), sums, acc[g]);
+      min_sum[g] += mw * y.s;
+    }
+  }
+  for (int g = 0; g < kTokenGroup; ++g) out[g] = HorizontalSum(acc[g]) + min_sum[g];
+}
+
 __attribute__((target("avx2,fma,f16c"))) float DotF32Avx2(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -209,7 +251,17 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, T
   pool->ParallelFor(rows, kRowTile, [&](int64_t r0, int64_t r1) {
     for (int64_t rt = r0; rt < r1; rt += kRowTile) {
       const int64_t re = std::min(r1, rt + kRowTile);
-      for (int64_t t = 0; t < tokens; ++t) {
+      int64_t t = 0;
+      if (HasAvx2()) {
+        float group_out[kTokenGroup];
+        for (; t + kTokenGroup <= tokens; t += kTokenGroup) {
+          for (int64_t r = rt; r < re; ++r) {
+            DotQ8RowGroupAvx2(w.type, w.data + r * w.row_bytes, q + t * blocks, blocks, group_out);
+            for (int g = 0; g < kTokenGroup; ++g) out[(t + g) * rows + r] = group_out[g];
+          }
+        }
+      }
+      for (; t < tokens; ++t) {
         for (int64_t r = rt; r < re; ++r) {
           out[t * rows + r] = DotQ8Row(w.type, w.data + r * w.row_bytes, q + t * blocks, blocks, false);
         }

@@ -20,7 +20,7 @@ namespace {
 
 using testing::GgufTestWriter;
 
-constexpr int kLayers = 2, kEmbd = 128, kHeads = 2, kKvHeads = 1, kHeadDim = 64, kFfn = 256;
+constexpr int kLayers = 2, kEmbd = 384, kHeads = 6, kKvHeads = 2, kHeadDim = 64, kFfn = 256;  // GQA group 3 as SmolLM2
 
 std::vector<std::string> Vocab() {
   std::vector<std::string> v = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
@@ -201,6 +201,20 @@ TEST_F(TinyModel, ChunkedPrefillMatchesSingleChunkInDenseMode) {
   part1.insert(part1.end(), part2.begin(), part2.end());
   EXPECT_EQ(part1, whole);
   EXPECT_EQ(s->num_past(), 48);
+}
+
+// A second prefill chunk attends to the first through the paged cache (here over several pages, many query
+// tokens): it must agree with a single-chunk prefill up to the cache format's rounding.
+TEST_F(TinyModel, ChunkedPrefillThroughPagedCacheTracksSingleChunk) {
+  const std::vector<int32_t> prompt = Prompt(64, 8);
+  std::vector<float> whole, part1, part2;
+  ASSERT_TRUE(Session(KvMode::kBf16)->Forward(prompt, true, &whole).ok());
+  auto s = Session(KvMode::kBf16);
+  ASSERT_TRUE(s->Forward(std::span(prompt).first(37), true, &part1).ok());  // 2 full pages + a partial one
+  ASSERT_TRUE(s->Forward(std::span(prompt).subspan(37), true, &part2).ok());
+  part1.insert(part1.end(), part2.begin(), part2.end());
+  EXPECT_LT(MaxAbsDiff(part1, whole) / MaxAbs(whole), 0.01);
+  EXPECT_GT(MaxAbsDiff(part1, whole), 0.0);
 }
 
 // Shared prefill stores exactly what each mode's own prefill would: later decode steps agree bit for bit.

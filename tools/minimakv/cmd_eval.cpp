@@ -1,0 +1,305 @@
+// minimakv eval niah | kld: quality of the KV modes on a real model.
+//   niah  passkey retrieval grid (contexts x depths x seeds); each case is prefilled once into one cache per
+//         mode, then each mode decodes its answer greedily. Rows: mode, context, accuracy, agreement_with_bf16,
+//         cases.
+//   kld   a long English text in windows; each window is fed in chunks so later chunks attend to earlier ones
+//         THROUGH each mode's cache (a single-chunk prefill would attend on full-precision K/V everywhere).
+//         Per mode: mean KL(p_bf16 || p_mode) of the next-token distributions, top-1 agreement with bf16,
+//         perplexity of the text, and the cache's bits per stored K/V value.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "minimakv/inference_session.h"
+#include "minimakv/llama_model.h"
+#include "minimakv/model_files.h"
+#include "minimakv/passkey_task.h"
+#include "minimakv/sampler.h"
+
+namespace minimakv::cli {
+namespace {
+
+// Debian's base-files package ships this on every Debian/Ubuntu machine: ~35 KB of plain English.
+constexpr const char* kDefaultKldText = "/usr/share/common-licenses/GPL-3";
+
+Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model) {
+  Status s = LlamaModel::Load(path, model);
+  if (s.code() == StatusCode::kNotFound) {
+    s = Status::NotFound(s.message() + " (fetch the default model with scripts/fetch_model.sh)");
+  }
+  return s;
+}
+
+Status MakeSessions(const LlamaModel* model, int max_tokens, int threads,
+                    std::vector<std::unique_ptr<InferenceSession>>* sessions) {
+  sessions->clear();
+  for (KvMode mode : kAllPagedKvModes) {
+    SessionOptions o;
+    o.mode = mode;
+    o.num_threads = threads;
+    o.max_tokens = max_tokens;
+    std::unique_ptr<InferenceSession> s;
+    MINIMAKV_RETURN_IF_ERROR(InferenceSession::Create(model, o, &s));
+    sessions->push_back(std::move(s));
+  }
+  return Status::Ok();
+}
+
+int RunNiah(const std::vector<std::string>& args) {
+  const std::string command = "minimakv eval niah";
+  std::string model_path = DefaultModelPath();
+  std::vector<int64_t> contexts = {2048, 4096, 8192};
+  std::vector<int64_t> depth_percents = {10, 20, 30, 40, 50, 60, 70, 80, 90};
+  int seeds = 10, threads = 2, answer_tokens = 8;
+  bool json = false;
+  std::string progress_flag = "auto";
+  ArgParser parser(command,
+                   "Passkey retrieval grid: for each context, depth and seed, one prompt prefilled once into a cache per\n"
+                   "mode (bf16, fp8, tq3, minima); each mode decodes its answer greedily. Accuracy = the first digits of\n"
+                   "the answer equal the passkey; agreement = the same digits as the bf16 control.");
+  parser.AddString("model", "PATH", "GGUF model", &model_path);
+  parser.AddIntList("contexts", "prompt lengths in tokens", &contexts);
+  parser.AddIntList("depths", "needle depths in percent of the filler", &depth_percents);
+  parser.AddInt("seeds", "passkeys per (context, depth)", &seeds);
+  parser.AddInt("answer-tokens", "tokens decoded per answer at most", &answer_tokens);
+  parser.AddInt("threads", "CPU threads", &threads);
+  parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
+  parser.AddBool("json", "print a JSON array of rows: mode, context, accuracy, agreement_with_bf16, cases", &json);
+  int exit_code = kExitOk;
+  if (!ParseFlags(parser, args, &exit_code)) return exit_code;
+
+  std::unique_ptr<LlamaModel> model;
+  Status s = LoadModel(model_path, &model);
+  if (!s.ok()) return ReportError(command, s);
+  const Tokenizer& tok = model->tokenizer();
+  constexpr int kModes = int(std::size(kAllPagedKvModes));
+  struct Tally {
+    int cases = 0, correct = 0, agree = 0;
+  };
+  std::vector<std::vector<Tally>> tally(contexts.size(), std::vector<Tally>(kModes));
+  ProgressLine progress("eval niah", ProgressModeFrom(progress_flag));
+  const double total_cases = double(contexts.size() * depth_percents.size()) * seeds;
+  int done = 0;
+  for (size_t ci = 0; ci < contexts.size(); ++ci) {
+    for (int64_t depth : depth_percents) {
+      for (int seed = 0; seed < seeds; ++seed) {
+        PasskeyCase pc;
+        s = BuildPasskeyCase(tok, contexts[ci], double(depth) / 100.0, uint64_t(1000 * ci + 100 * depth + seed), &pc);
+        if (!s.ok()) return ReportError(command, s);
+        std::vector<std::unique_ptr<InferenceSession>> sessions;
+        s = MakeSessions(model.get(), int(pc.prompt_ids.size()) + answer_tokens + 1, threads, &sessions);
+        if (!s.ok()) return ReportError(command, s);
+        std::vector<InferenceSession*> raw;
+        for (auto& x : sessions) raw.push_back(x.get());
+        progress.Update(done / total_cases, "context " + std::to_string(contexts[ci]) + " depth " +
+                                                std::to_string(depth) + "% seed " + std::to_string(seed));
+        std::vector<float> prefill_logits;
+        s = InferenceSession::PrefillShared(raw, pc.prompt_ids, &prefill_logits);
+        if (!s.ok()) return ReportError(command, s);
+        std::string bf16_digits;
+        for (int m = 0; m < kModes; ++m) {
+          std::vector<float> logits = prefill_logits;
+          std::vector<int32_t> answer;
+          for (int i = 0; i < answer_tokens; ++i) {
+            const int32_t next = ArgMax(logits);
+            if (tok.IsEndOfGeneration(next)) break;
+            answer.push_back(next);
+            if (i + 1 == answer_tokens) break;
+            s = raw[size_t(m)]->Forward({&next, 1}, false, &logits);
+            if (!s.ok()) return ReportError(command, s);
+          }
+          const std::string digits = FirstDigits(tok.DecodeAll(answer));
+          if (m == 0) bf16_digits = digits;
+          Tally& t = tally[ci][size_t(m)];
+          ++t.cases;
+          t.correct += digits == pc.passkey;
+          t.agree += digits == bf16_digits;
+        }
+        ++done;
+      }
+    }
+  }
+  progress.Finish();
+  JsonValue rows = JsonValue::Array();
+  if (!json) std::printf("%-8s %8s %10s %22s %6s\n", "mode", "context", "accuracy", "agreement_with_bf16", "cases");
+  for (size_t ci = 0; ci < contexts.size(); ++ci) {
+    for (int m = 0; m < kModes; ++m) {
+      const Tally& t = tally[ci][size_t(m)];
+      const double acc = t.cases ? double(t.correct) / t.cases : 0.0;
+      const double agree = t.cases ? double(t.agree) / t.cases : 0.0;
+      const std::string mode(KvModeName(kAllPagedKvModes[m]));
+      if (json) {
+        JsonValue o = JsonValue::Object();
+        o.Set("mode", mode);
+        o.Set("context", contexts[ci]);
+        o.Set("accuracy", acc);
+        o.Set("agreement_with_bf16", agree);
+        o.Set("cases", int64_t(t.cases));
+        rows.Append(o);
+      } else {
+        std::printf("%-8s %8lld %10.3f %22.3f %6d\n", mode.c_str(), (long long)contexts[ci], acc, agree, t.cases);
+      }
+    }
+  }
+  if (json) PrintJson(rows);
+  return kExitOk;
+}
+
+// log-softmax of one row, in place into `out`.
+void LogSoftmax(const float* logits, int n, std::vector<double>* out) {
+  out->resize(size_t(n));
+  double max_logit = -INFINITY;
+  for (int i = 0; i < n; ++i) max_logit = std::max(max_logit, double(logits[i]));
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  for (int i = 0; i < n; ++i) (*out)[size_t(i)] = double(logits[i]) - log_z;
+}
+
+int RunKld(const std::vector<std::string>& args) {
+  const std::string command = "minimakv eval kld";
+  std::string model_path = DefaultModelPath();
+  std::string text_path = kDefaultKldText;
+  int window = 8192, chunk = 256, max_windows = 1, threads = 2;
+  bool json = false;
+  std::string progress_flag = "auto";
+  ArgParser parser(command,
+                   "KL divergence of each KV mode's next-token distributions against the bf16 control over windows of a\n"
+                   "long English text, fed in chunks so that attention to earlier chunks reads each mode's cache.\n"
+                   "Default text: /usr/share/common-licenses/GPL-3 (Debian package base-files).");
+  parser.AddString("model", "PATH", "GGUF model", &model_path);
+  parser.AddString("text", "PATH", "UTF-8 text file", &text_path);
+  parser.AddInt("window", "tokens per window (capped at the text length)", &window);
+  parser.AddInt("chunk", "tokens per forward chunk", &chunk);
+  parser.AddInt("windows", "windows at most", &max_windows);
+  parser.AddInt("threads", "CPU threads", &threads);
+  parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
+  parser.AddBool("json", "print a JSON array of rows: mode, bits_per_value, kld, top1_agreement, ppl", &json);
+  int exit_code = kExitOk;
+  if (!ParseFlags(parser, args, &exit_code)) return exit_code;
+  if (window < 2 || chunk < 2) return ReportError(command, Status::InvalidArgument("--window and --chunk must be >= 2"));
+
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return ReportError(command, Status::NotFound("cannot read --text '" + text_path + "'"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::unique_ptr<LlamaModel> model;
+  Status s = LoadModel(model_path, &model);
+  if (!s.ok()) return ReportError(command, s);
+  const Tokenizer& tok = model->tokenizer();
+  std::vector<int32_t> ids;
+  tok.Encode(buffer.str(), false, &ids);
+  const int64_t win = std::min<int64_t>(window, int64_t(ids.size()));
+  const int64_t windows = std::min<int64_t>(max_windows, int64_t(ids.size()) / win);
+  const int vocab = model->config().vocab_size;
+  constexpr int kModes = int(std::size(kAllPagedKvModes));
+  struct Sums {
+    double kld = 0, nll = 0;
+    int64_t agree = 0, positions = 0;
+    double bits_per_value = 0;
+  };
+  std::vector<Sums> sums(kModes);
+  ProgressLine progress("eval kld", ProgressModeFrom(progress_flag));
+  std::vector<double> ref_logp, logp;
+  std::vector<std::vector<double>> ref_rows;
+  std::vector<int32_t> ref_top;
+  for (int64_t w = 0; w < windows; ++w) {
+    std::vector<std::unique_ptr<InferenceSession>> sessions;
+    s = MakeSessions(model.get(), int(win), threads, &sessions);
+    if (!s.ok()) return ReportError(command, s);
+    const int32_t* window_ids = ids.data() + w * win;
+    for (int64_t c0 = 0; c0 < win; c0 += chunk) {
+      const int64_t n = std::min<int64_t>(chunk, win - c0);
+      // Positions predicted in this chunk: c0 .. c0+n-1 predict tokens c0+1 .. (the last has no target).
+      for (int m = 0; m < kModes; ++m) {
+        progress.Update((double(w) + double(c0) / double(win)) / double(windows),
+                        "window " + std::to_string(w) + " tokens " + std::to_string(c0) + " " +
+                            std::string(KvModeName(kAllPagedKvModes[m])));
+        std::vector<float> logits;
+        s = sessions[size_t(m)]->Forward({window_ids + c0, size_t(n)}, true, &logits);
+        if (!s.ok()) return ReportError(command, s);
+        if (m == 0) {
+          ref_rows.assign(size_t(n), {});
+          ref_top.assign(size_t(n), 0);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const float* row = logits.data() + i * vocab;
+          const int32_t top = ArgMax({row, size_t(vocab)});
+          if (m == 0) {
+            LogSoftmax(row, vocab, &ref_rows[size_t(i)]);
+            ref_top[size_t(i)] = top;
+          }
+          const int64_t pos = c0 + i;
+          if (pos + 1 >= win) continue;
+          const std::vector<double>& ref = ref_rows[size_t(i)];
+          LogSoftmax(row, vocab, &logp);
+          double kl = 0.0;
+          if (m != 0) {
+            for (int v = 0; v < vocab; ++v) kl += std::exp(ref[size_t(v)]) * (ref[size_t(v)] - logp[size_t(v)]);
+          }
+          Sums& sm = sums[size_t(m)];
+          sm.kld += kl;
+          sm.nll -= logp[size_t(window_ids[pos + 1])];
+          sm.agree += top == ref_top[size_t(i)];
+          ++sm.positions;
+        }
+      }
+    }
+    for (int m = 0; m < kModes; ++m) {
+      const KvAccounting acc = sessions[size_t(m)]->Accounting();
+      const double values = double(acc.stored_token_layers) * 2.0 * acc.kv_heads * acc.head_dim;
+      sums[size_t(m)].bits_per_value = values > 0 ? double(acc.total_bytes) * 8.0 / values : 0.0;
+    }
+  }
+  progress.Finish();
+  JsonValue rows = JsonValue::Array();
+  if (!json) {
+    std::printf("text %s: %zu tokens, %lld window(s) of %lld tokens, chunks of %d\n", text_path.c_str(), ids.size(),
+                (long long)windows, (long long)win, chunk);
+    std::printf("%-8s %14s %12s %16s %10s\n", "mode", "bits_per_value", "kld", "top1_agreement", "ppl");
+  }
+  for (int m = 0; m < kModes; ++m) {
+    const Sums& sm = sums[size_t(m)];
+    const double positions = double(std::max<int64_t>(1, sm.positions));
+    const std::string mode(KvModeName(kAllPagedKvModes[m]));
+    const double kld = sm.kld / positions, agree = double(sm.agree) / positions, ppl = std::exp(sm.nll / positions);
+    if (json) {
+      JsonValue o = JsonValue::Object();
+      o.Set("mode", mode);
+      o.Set("bits_per_value", sm.bits_per_value);
+      o.Set("kld", kld);
+      o.Set("top1_agreement", agree);
+      o.Set("ppl", ppl);
+      o.Set("positions", sm.positions);
+      rows.Append(o);
+    } else {
+      std::printf("%-8s %14.3f %12.3e %16.4f %10.4f\n", mode.c_str(), sm.bits_per_value, kld, agree, ppl);
+    }
+  }
+  if (json) PrintJson(rows);
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunEvalCommand(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::printf("Usage: minimakv eval niah|kld [flags]   (minimakv eval niah --help)\n"
+                "  niah  passkey retrieval accuracy per KV mode over contexts x depths x seeds\n"
+                "  kld   KL divergence vs bf16, top-1 agreement and perplexity per KV mode on long text\n");
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "niah") return RunNiah(rest);
+  if (args[0] == "kld") return RunKld(rest);
+  std::fprintf(stderr, "minimakv eval: unknown evaluation '%s' (niah, kld)\n", args[0].c_str());
+  return kExitUsage;
+}
+
+}  // namespace minimakv::cli
