@@ -31,7 +31,10 @@ namespace {
 constexpr int kRepeats = 5;  // the median of these is reported
 // Independent FMA chains per thread: latency 4 cycles x 2 FMA ports needs >= 8 in flight; 16 leaves slack.
 constexpr int kFmaChains = 16;
-constexpr int64_t kFmaIterations = 4 << 20;
+// The FMA loop runs in chunks of kFmaChunkIterations until each thread has spent kFmaSeconds of CPU time, so
+// the measurement takes the same time in optimized and sanitizer builds.
+constexpr int64_t kFmaChunkIterations = 1 << 16;
+constexpr double kFmaSeconds = 0.05;
 
 bool UseAvx512() { return std::strcmp(cpu::SelectedIsaName(false), "avx512") == 0; }
 
@@ -137,21 +140,31 @@ Status MeasureMachineFloors(int threads, size_t buffer_bytes, MachineFloors* flo
     }));
   }
   std::vector<float> fma_sink(static_cast<size_t>(threads));
-  std::vector<double> fma_seconds;
-  for (int r = 0; r < kRepeats; ++r) {
-    fma_seconds.push_back(TimeOnThreads(threads, [&](int t) {
-#if defined(MINIMAKV_FLOORS_X86)
-      fma_sink[size_t(t)] = avx512 ? FmaLoopAvx512(kFmaIterations) : FmaLoopScalar(kFmaIterations);
-#else
-      fma_sink[size_t(t)] = FmaLoopScalar(kFmaIterations);
-#endif
-    }));
-  }
+  std::vector<int64_t> iterations(static_cast<size_t>(threads));
+  std::vector<double> fma_rates;  // multiply-adds per second of all threads together
   const double lanes = avx512 ? 16.0 : 1.0;
+  for (int r = 0; r < kRepeats; ++r) {
+    const double seconds = TimeOnThreads(threads, [&](int t) {
+      const double start = ThreadCpuSeconds();
+      int64_t done = 0;
+      do {
+#if defined(MINIMAKV_FLOORS_X86)
+        fma_sink[size_t(t)] += avx512 ? FmaLoopAvx512(kFmaChunkIterations) : FmaLoopScalar(kFmaChunkIterations);
+#else
+        fma_sink[size_t(t)] += FmaLoopScalar(kFmaChunkIterations);
+#endif
+        done += kFmaChunkIterations;
+      } while (ThreadCpuSeconds() - start < kFmaSeconds);
+      iterations[size_t(t)] = done;
+    });
+    double macs = 0.0;
+    for (int64_t n : iterations) macs += double(n) * kFmaChains * lanes;
+    fma_rates.push_back(macs / seconds);
+  }
   floors->threads = threads;
   floors->buffer_bytes = buffer_bytes;
   floors->read_bytes_per_s = double(buffer_bytes) / Median(read_seconds);
-  floors->fma_macs_per_s = double(kFmaIterations) * kFmaChains * lanes * threads / Median(fma_seconds);
+  floors->fma_macs_per_s = Median(fma_rates);
   floors->fma_isa = avx512 ? "avx512" : "scalar";
   // Keep the sinks observable so the loops are not optimized away.
   if (sink[0] == 0x5A5A5A5A5A5A5A5Aull && fma_sink[0] == -1.0f) return Status::Internal("impossible sink value");
