@@ -15,7 +15,10 @@ namespace minimakv::cli {
   X("tour", Tour, "a short tour on a synthetic 32K-token sequence: accounting, fidelity, speed vs BF16")            \
   X("plan", Plan, "KV bytes per token and concurrent requests for BF16, FP8 and Minima-KV (presets or config.json)") \
   X("bench", Bench, "CPU decode-attention speed per path (bf16, fp8, tq3, minima) with machine floors")             \
-  X("fidelity", Fidelity, "attention-output error of each format against fp64 dense attention")
+  X("fidelity", Fidelity, "attention-output error of each format against fp64 dense attention")                   \
+  X("run", Run, "end-to-end demo: passkey retrieval on a real model with the KV cache in every mode")             \
+  X("generate", Generate, "text generation with the CPU runtime (any KV mode)")                                   \
+  X("eval", Eval, "niah: passkey accuracy per KV mode; kld: KL divergence / top-1 / perplexity vs bf16")
 
 #define MINIMAKV_DECLARE_COMMAND(name, stem, help) int Run##stem##Command(const std::vector<std::string>& args);
 MINIMAKV_CLI_COMMANDS(MINIMAKV_DECLARE_COMMAND)
