@@ -5,6 +5,8 @@
 // Paths: bf16, fp8, tq3 (every token in that format) and minima (anchors + recent window FP8, the rest TQ3,
 // two kernels merged by AttendMixedCpu). Pages hold fresh Gaussian data from `seed`; caches are flushed
 // between timed steps (a real decode step reads each layer's KV once, cold), unless flush_caches is off.
+// The paths of one (context, batch) are timed in interleaved rounds (bf16, fp8, tq3, minima, bf16, ...), so
+// other load on a shared machine affects them alike; us_per_step is the median over rounds.
 #pragma once
 
 #include <cstdint>

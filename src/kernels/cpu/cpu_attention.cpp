@@ -116,22 +116,18 @@ struct SplitMerge {
   std::vector<size_t> scratch_slots;  // each slot holds kMaxTaskRows rows of (head_dim outputs + 1 lse)
 };
 
-}  // namespace
+// The tasks of one view and what merging its page-range splits needs.
+struct ViewPlan {
+  std::vector<cpu::KernelTask> tasks;
+  std::vector<SplitMerge> merges;
+  std::vector<float> scratch;
+  size_t slot_floats = 0;
+  int head_dim = 0;
+};
 
-const char* CpuKernelIsa(const CpuAttentionOptions& options) { return cpu::SelectedIsaName(options.force_scalar); }
-
-Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& queries,
-                               const HadamardRotation* rotation, const PartialStatesOut& out,
-                               const CpuAttentionOptions& options) {
-  MINIMAKV_RETURN_IF_ERROR(ValidateQueries(queries));
-  MINIMAKV_RETURN_IF_ERROR(ValidateView(view, queries, rotation));
-  if (options.num_threads < 1) {
-    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
-  }
-  if (queries.num_seqs == 0 || queries.q_indptr[queries.num_seqs] == 0) return Status::Ok();
-  if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
-
-  const cpu::KernelFn kernel = cpu::SelectKernel(options.force_scalar);
+// Cuts one view's work into kernel tasks (REQUIRES: arguments validated, at least one query token).
+void PlanView(const PagedKvView& view, const AttentionQueries& queries, const HadamardRotation* rotation,
+              const PartialStatesOut& out, int num_threads, ViewPlan* plan) {
   const PageLayout& layout = view.layout;
   const int d = layout.head_dim;
   const int heads = queries.num_q_heads;
@@ -150,15 +146,15 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
     task_pages += blocks * layout.kv_heads * (view.page_indptr[s + 1] - view.page_indptr[s]);
   }
   int64_t pages_per_split = INT64_MAX;
-  if (options.num_threads > 1 && unsplit_tasks < int64_t(options.num_threads) * kMinTasksPerThread) {
-    const int64_t target_tasks = int64_t(options.num_threads) * kMinTasksPerThread;
+  if (num_threads > 1 && unsplit_tasks < int64_t(num_threads) * kMinTasksPerThread) {
+    const int64_t target_tasks = int64_t(num_threads) * kMinTasksPerThread;
     pages_per_split = std::max<int64_t>(kMinPagesPerSplit, (task_pages + target_tasks - 1) / target_tasks);
   }
 
-  std::vector<cpu::KernelTask> tasks;
+  std::vector<cpu::KernelTask>& tasks = plan->tasks;
   std::vector<size_t> task_slot;  // per task: its scratch slot, or kNoSlot when it writes the output
   constexpr size_t kNoSlot = SIZE_MAX;
-  std::vector<SplitMerge> merges;
+  std::vector<SplitMerge>& merges = plan->merges;
   size_t scratch_slots = 0;
   for (int s = 0; s < queries.num_seqs; ++s) {
     const int q_begin = queries.q_indptr[s];
@@ -206,7 +202,10 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
 
   // Point the non-first page ranges of split tasks at their scratch slots.
   const size_t slot_floats = size_t(cpu::kMaxTaskRows) * (size_t(d) + 1);
-  std::vector<float> scratch(scratch_slots * slot_floats);
+  plan->slot_floats = slot_floats;
+  plan->head_dim = d;
+  std::vector<float>& scratch = plan->scratch;
+  scratch.assign(scratch_slots * slot_floats, 0.0f);
   for (size_t t = 0; t < tasks.size(); ++t) {
     if (task_slot[t] == kNoSlot) continue;
     float* slot = scratch.data() + task_slot[t] * slot_floats;
@@ -215,19 +214,48 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
       tasks[t].lse_rows[r] = slot + size_t(cpu::kMaxTaskRows) * d + r;
     }
   }
+}
 
-  ParallelFor(tasks.size(), options.num_threads, [&](size_t i) { kernel(tasks[i]); });
-
-  ParallelFor(merges.size(), options.num_threads, [&](size_t i) {
-    const SplitMerge& merge = merges[i];
+// Runs the tasks of all plans in one parallel region, then merges page-range splits.
+void RunPlans(std::span<ViewPlan> plans, int num_threads, cpu::KernelFn kernel) {
+  std::vector<std::pair<size_t, size_t>> work;  // (plan, task)
+  std::vector<std::pair<size_t, size_t>> merges;  // (plan, merge)
+  for (size_t p = 0; p < plans.size(); ++p) {
+    for (size_t t = 0; t < plans[p].tasks.size(); ++t) work.emplace_back(p, t);
+    for (size_t m = 0; m < plans[p].merges.size(); ++m) merges.emplace_back(p, m);
+  }
+  ParallelFor(work.size(), num_threads, [&](size_t i) { kernel(plans[work[i].first].tasks[work[i].second]); });
+  ParallelFor(merges.size(), num_threads, [&](size_t i) {
+    const ViewPlan& plan = plans[merges[i].first];
+    const SplitMerge& merge = plan.merges[merges[i].second];
+    const int d = plan.head_dim;
     for (size_t slot_index : merge.scratch_slots) {
-      const float* slot = scratch.data() + slot_index * slot_floats;
+      const float* slot = plan.scratch.data() + slot_index * plan.slot_floats;
       for (int r = 0; r < merge.primary.num_rows; ++r) {
         MergePartialState(merge.primary.out_rows[r], merge.primary.lse_rows[r], slot + size_t(r) * d,
                           slot[size_t(cpu::kMaxTaskRows) * d + r], d);
       }
     }
   });
+}
+
+}  // namespace
+
+const char* CpuKernelIsa(const CpuAttentionOptions& options) { return cpu::SelectedIsaName(options.force_scalar); }
+
+Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& queries,
+                               const HadamardRotation* rotation, const PartialStatesOut& out,
+                               const CpuAttentionOptions& options) {
+  MINIMAKV_RETURN_IF_ERROR(ValidateQueries(queries));
+  MINIMAKV_RETURN_IF_ERROR(ValidateView(view, queries, rotation));
+  if (options.num_threads < 1) {
+    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  }
+  if (queries.num_seqs == 0 || queries.q_indptr[queries.num_seqs] == 0) return Status::Ok();
+  if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
+  ViewPlan plan;
+  PlanView(view, queries, rotation, out, options.num_threads, &plan);
+  RunPlans({&plan, 1}, options.num_threads, cpu::SelectKernel(options.force_scalar));
   return Status::Ok();
 }
 
@@ -279,15 +307,24 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
     own_lse.resize(size_t(rows));
     lse = own_lse.data();
   }
-  MINIMAKV_RETURN_IF_ERROR(ComputePartialStatesCpu(views[0], queries, rotation, PartialStatesOut{out, lse}, options));
-  if (views.size() == 1) return Status::Ok();
-  std::vector<float> part_out(size_t(rows) * d);
-  std::vector<float> part_lse(static_cast<size_t>(rows));
+  for (const PagedKvView& view : views) MINIMAKV_RETURN_IF_ERROR(ValidateView(view, queries, rotation));
+  if (options.num_threads < 1) {
+    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  }
+  // View 0 writes the output; the others write their own state sets, merged in afterwards. All views' tasks
+  // run in one parallel region (one fork/join per call, small views balance against large ones).
+  std::vector<std::vector<float>> part_out(views.size() - 1, std::vector<float>(size_t(rows) * d));
+  std::vector<std::vector<float>> part_lse(views.size() - 1, std::vector<float>(size_t(rows)));
+  std::vector<ViewPlan> plans(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const PartialStatesOut states = i == 0 ? PartialStatesOut{out, lse}
+                                           : PartialStatesOut{part_out[i - 1].data(), part_lse[i - 1].data()};
+    PlanView(views[i], queries, rotation, states, options.num_threads, &plans[i]);
+  }
+  RunPlans(plans, options.num_threads, cpu::SelectKernel(options.force_scalar));
   for (size_t i = 1; i < views.size(); ++i) {
-    MINIMAKV_RETURN_IF_ERROR(ComputePartialStatesCpu(views[i], queries, rotation,
-                                                     PartialStatesOut{part_out.data(), part_lse.data()}, options));
-    float* const outs[] = {out, part_out.data()};
-    float* const lses[] = {lse, part_lse.data()};
+    float* const outs[] = {out, part_out[i - 1].data()};
+    float* const lses[] = {lse, part_lse[i - 1].data()};
     MINIMAKV_RETURN_IF_ERROR(MergePartialStatesCpu(outs, lses, rows, d));
   }
   return Status::Ok();
