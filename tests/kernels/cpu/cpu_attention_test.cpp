@@ -182,6 +182,48 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelVsReference,
                                   (std::get<3>(info.param) ? "_scalar" : "_dispatch");
                          });
 
+// Prefill-like calls: many query tokens per sequence (row blocks of whole GQA groups, every row count 1..8
+// reached), odd groups, several pages.
+TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
+  constexpr int kHeadDim = 64;
+  constexpr int kKvHeads = 2;
+  const std::vector<int64_t> lengths = {37, 200};
+  const DenseBatch batch = MakeBatch(lengths, kKvHeads, kHeadDim, 51);
+  HadamardRotation rotation;
+  ASSERT_TRUE(HadamardRotation::Create(kHeadDim, HadamardRotation::kDefaultSeed, &rotation).ok());
+  for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
+    SyntheticPool pool;
+    ASSERT_TRUE(BuildSyntheticPool({format, kKvHeads, kHeadDim, 16}, &rotation, WholeSequences(lengths),
+                                   SourceOf(batch), 5, &pool).ok());
+    const PagedKvView view = pool.View();
+    for (int group : {1, 3, 5, 7}) {
+      for (int q_len : {5, 9, 13, 27}) {
+        const int q_heads = kKvHeads * group;
+        const QueryBatch qb = MakeQueries({q_len, q_len - 2}, q_heads, kHeadDim, 2.0f, 61);
+        const AttentionQueries queries = qb.Queries(q_heads, kHeadDim);
+        std::vector<double> want_out, want_lse;
+        ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
+        for (bool force_scalar : {false, true}) {
+          for (int threads : {1, 2}) {
+            GuardedBuffer out(want_out.size());
+            GuardedBuffer lse(want_lse.size());
+            CpuAttentionOptions options;
+            options.force_scalar = force_scalar;
+            options.num_threads = threads;
+            ASSERT_TRUE(AttendMixedCpu({&view, 1}, queries, &rotation, out.data(), lse.data(), options).ok());
+            ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse,
+                                   std::string(KvFormatName(format)) + " group " + std::to_string(group) +
+                                       " q_len " + std::to_string(q_len) + " " + CpuKernelIsa(options) +
+                                       " threads " + std::to_string(threads));
+            EXPECT_TRUE(out.CanariesIntact());
+            EXPECT_TRUE(lse.CanariesIntact());
+          }
+        }
+      }
+    }
+  }
+}
+
 // One long sequence on two threads is split over page ranges and merged; larger pages than above.
 TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
   constexpr int kHeadDim = 128;
