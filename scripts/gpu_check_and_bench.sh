@@ -2,6 +2,8 @@
 # GPU machine: configure + build the CUDA code, run the GPU correctness program plain and under
 # compute-sanitizer memcheck, run the decode benchmark (+ torch SDPA comparison), print a summary table last.
 # Usage: scripts/gpu_check_and_bench.sh [tests|bench|all]   (default all). Writes CSV and logs under $OUT if set.
+# BENCH_ARGS: extra benchmark flags (e.g. "--only qwen3.6-27b 65536 8 --only llama3-8b 65536 8"; the torch
+# script takes only --quick, so set SKIP_TORCH=1 with --only).
 set -uo pipefail
 MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +39,7 @@ if [[ $MODE == bench || $MODE == all ]]; then
   echo "== benchmark ($(date -u +%H:%M:%S))"
   "$BENCH" --csv "$OUT_DIR/decode_bench.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" | grep -v "^qwen\|^llama"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
-  if [[ -f "$ROOT/bench/cuda/torch_sdpa_bench.py" ]]; then
+  if [[ -f "$ROOT/bench/cuda/torch_sdpa_bench.py" && -z ${SKIP_TORCH:-} ]]; then
     PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$OUT_DIR/torch_sdpa.csv" ${BENCH_ARGS:-} \
       > "$OUT_DIR/torch.log" 2>&1 || { tail -20 "$OUT_DIR/torch.log"; status=1; }
   fi
@@ -45,7 +47,9 @@ fi
 if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the partial kernel of format 2 (0 bf16, 1 fp8, 2 tq3)
   read -r p_shape p_ctx p_batch p_fmt <<< "$PROFILE"
   echo "== ncu $PROFILE ($(date -u +%H:%M:%S))"
-  ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:DecodePartialKernelILNS_8KvFormatE${p_fmt}E" \
+  kernel_regex="DecodePartialKernelILNS_8KvFormatE${p_fmt}E"
+  [[ $p_fmt == 2 ]] && kernel_regex="DecodePartialTq3Kernel"  # TQ3 has its own kernel (v6)
+  timeout "${PROFILE_TIMEOUT_S:-120}" ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$kernel_regex" \
     --launch-skip 3 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
     --section Occupancy --section ComputeWorkloadAnalysis --section InstructionStats \
     "$BENCH" --only $p_shape $p_ctx $p_batch --runs 5 > "$OUT_DIR/ncu.txt" 2>&1

@@ -2,7 +2,7 @@
 // format: median time of one decode step (CudaDecodeRun: query rotation, partial kernels, merge) over many runs,
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
-// Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick]
+// Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--only SHAPE CTX BATCH]... (repeatable)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -172,16 +172,21 @@ int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   int runs = 30;
   bool quick = false;
-  const char* only_shape = nullptr;   // --only SHAPE CTX BATCH: one configuration (profiling)
-  int only_ctx = 0;
-  int only_batch = 0;
+  struct OnlyConfig {  // --only SHAPE CTX BATCH (repeatable): just these configurations, no conversion timing
+    std::string shape;
+    int ctx;
+    int batch;
+  };
+  std::vector<OnlyConfig> only;
   bool skip_convert = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
-      only_shape = argv[++i];
-      only_ctx = std::atoi(argv[++i]);
-      only_batch = std::atoi(argv[++i]);
+      OnlyConfig config;
+      config.shape = argv[++i];
+      config.ctx = std::atoi(argv[++i]);
+      config.batch = std::atoi(argv[++i]);
+      only.push_back(config);
       skip_convert = true;
     }
     else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
@@ -245,7 +250,11 @@ int main(int argc, char** argv) {
   for (const Shape& shape : shapes) {
     for (int ctx : contexts) {
       for (int batch : batches) {
-        if (only_shape && (std::strcmp(only_shape, shape.name) || ctx != only_ctx || batch != only_batch)) continue;
+        if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const OnlyConfig& c) {
+              return c.shape == shape.name && c.ctx == ctx && c.batch == batch;
+            })) {
+          continue;
+        }
         const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
         if (bf16_bytes * 2 > kMemoryBudget) {
           std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);

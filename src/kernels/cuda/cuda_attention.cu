@@ -358,6 +358,72 @@ __device__ inline float StagedScale(const uint8_t* scales, int token) {
   }
 }
 
+// The CTA's 4 warp states (staged in shared memory: out [warps][kMaxGroup][kHeadDim], running max and sum
+// [warps][kMaxGroup]) merged into one partial state per query head of the group (FlashDecoding-style).
+template <int kHeadDim>
+__device__ inline void WritePartialStates(const DecodeParams& p, int kv_head, const float* warp_out,
+                                          const float* warp_max, const float* warp_sum) {
+  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(kv_head) * p.group;
+  for (int e = threadIdx.x; e < p.group * kHeadDim; e += kDecodeThreads) {
+    const int h = e / kHeadDim;
+    const int dim = e % kHeadDim;
+    float max_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kMaxGroup + h]);
+    float out = 0.0f;
+    float lse = -INFINITY;
+    if (max_all != -INFINITY) {
+      float sum = 0.0f;
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float weight = exp2f(warp_max[w * kMaxGroup + h] - max_all);
+        sum += warp_sum[w * kMaxGroup + h] * weight;
+        acc += warp_out[(w * kMaxGroup + h) * kHeadDim + dim] * weight;
+      }
+      out = acc / sum;
+      lse = max_all + log2f(sum);
+    }
+    p.part_out[(state_base + h) * kHeadDim + dim] = out;
+    if (dim == 0) p.part_lse[state_base + h] = lse;
+  }
+}
+
+// Query fragments (scaled into base 2, split hi + lo), built once per CTA in shared memory for the 4 warps:
+// q_frag[k-step][lane] = {hi (k 2t, 2t + 1), hi (k 2t + 8, 2t + 9), lo ..., lo ...} of head g = lane / 4, the
+// reduction index k permuted by KDim (the key layout).
+template <KvFormat kFormat, int kHeadDim>
+__device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, int kv_head, uint4* q_frag) {
+  constexpr int kMTiles = kHeadDim / 16;
+  for (int e = threadIdx.x; e < kMTiles * kWarpSize; e += kDecodeThreads) {
+    const int kstep = e / kWarpSize;
+    const int ln = e % kWarpSize;
+    const int row = ln >> 2;
+    const int tt = ln & 3;
+    const int block = kstep / 8;
+    const int jj = kstep % 8;
+    const float* q_row = row < p.group
+                             ? p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim
+                             : nullptr;
+    uint32_t regs[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // a0a1 (rho = 2 jj), a4a5 (rho = 2 jj + 1)
+      uint16_t hi[2];
+      uint16_t lo[2];
+#pragma unroll
+      for (int el = 0; el < 2; ++el) {
+        const int dim = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
+        const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
+        hi[el] = ToOperand<kFormat>(v);
+        lo[el] = ToOperand<kFormat>(v - FromOperand<kFormat>(hi[el]));
+      }
+      regs[half] = Pack(hi[0], hi[1]);
+      regs[2 + half] = Pack(lo[0], lo[1]);
+    }
+    q_frag[e] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+  }
+}
+
 template <KvFormat kFormat, int kHeadDim>
 __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
     DecodePartialKernel(DecodeParams p) {
@@ -398,34 +464,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
   }
 
-  // Query fragments (scaled into base 2, split hi + lo), shared by the 4 warps.
-  for (int e = threadIdx.x; e < kMTiles * kWarpSize; e += kDecodeThreads) {
-    const int kstep = e / kWarpSize;
-    const int ln = e % kWarpSize;
-    const int row = ln >> 2;
-    const int tt = ln & 3;
-    const int block = kstep / 8;
-    const int jj = kstep % 8;
-    const float* q_row = row < p.group
-                             ? p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim
-                             : nullptr;
-    uint32_t regs[4];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {  // a0a1 (rho = 2 jj), a4a5 (rho = 2 jj + 1)
-      uint16_t hi[2];
-      uint16_t lo[2];
-#pragma unroll
-      for (int el = 0; el < 2; ++el) {
-        const int dim = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
-        const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
-        hi[el] = ToOperand<kFormat>(v);
-        lo[el] = ToOperand<kFormat>(v - FromOperand<kFormat>(hi[el]));
-      }
-      regs[half] = Pack(hi[0], hi[1]);
-      regs[2 + half] = Pack(lo[0], lo[1]);
-    }
-    q_frag[e] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
-  }
+  BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
   __syncthreads();
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
@@ -664,30 +703,375 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
   }
   __syncthreads();
-  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(kv_head) * p.group;
-  for (int e = threadIdx.x; e < p.group * kHeadDim; e += kDecodeThreads) {
-    const int h = e / kHeadDim;
-    const int dim = e % kHeadDim;
-    float max_all = -INFINITY;
+  WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// TQ3 partial kernel (v6). Same work items, staging and combine as DecodePartialKernel; the per-tile work is
+// reorganized to cut warp instructions (counts in docs/cuda-notes.md, "v6"):
+//  1. Scores transposed: S^T[16 keys][8 heads] = K[16 keys][16 dims] * Q^T[16 dims][8 heads]. The expanded
+//     keys g and 8 + g fill all 16 rows of the A operand and the query is the 2-register B operand loaded
+//     straight from shared memory: half the MMAs of S[16 heads][8 keys] (rows 8-15 there are empty heads) and
+//     no register copies to assemble {q, 0, q, 0} operand quads (~200 moves per tile in v5's SASS).
+//  2. P^T for the value MMA comes out of the S^T accumulators (fp16-packed) with one movmatrix (8x8 transpose)
+//     per 8 keys.
+//  3. Value codes of two keys share one nibble selector (key a in even nibbles, key b in odd ones), so the
+//     lookups and the lo/hi interleave directly produce the key-paired registers of the value MMA.
+//  4. prmt through inline PTX (__byte_perm masks its selector with 0x7777 first: one more op per lookup),
+//     tile / page positions tracked incrementally (no integer division per tile), tile copies fully unrolled.
+
+__device__ inline uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
+// 8x8 b16 matrix in the mma fragment layout (lane l: row l / 4, columns 2 (l % 4), +1) -> its transpose, same layout.
+__device__ inline uint32_t TransposeB16x8x8(uint32_t x) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
+  return d;
+}
+// 2^x with the SFU's approximation (max relative error ~2^-22; ftz: results below 2^-126 become 0, the same as
+// a probability that underflows fp16 anyway). exp2f adds range-fixup instructions around the same MUFU.EX2.
+__device__ inline float Exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ inline uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// Selector nibbles from the bit planes p0, p1, p2 (tq3_codec.h) of 32 coordinates: nibble n (n < 8) of quarter r
+// (r < 4) = 3-bit index of coordinate 4 n + r; bit 3 of every nibble is zero (prmt reads it as "replicate sign").
+// The planes are aligned once per group so that each quarter costs two bit-selects, one shift and one mask:
+// low quarters (r = 0, 1) from (p0, p1 << 1, p2 << 2), high ones (r = 2, 3) from (p0 >> 2, p1 >> 1, p2) (a plane
+// shifted the other way would lose coordinate 31's or 0's bits).
+struct Tq3AlignedPlanes {
+  uint32_t lo0, lo1, lo2;  // p0, p1 << 1, p2 << 2: bits 4 n + r, + 1, + 2 hold coordinate 4 n + r (r = 0, 1)
+  uint32_t hi0, hi1, hi2;  // p0 >> 2, p1 >> 1, p2: bits 4 n + r - 2, - 1, + 0 hold it (r = 2, 3)
+};
+__device__ inline Tq3AlignedPlanes AlignTq3Planes(uint32_t p0, uint32_t p1, uint32_t p2) {
+  return {p0, p1 << 1, p2 << 2, p0 >> 2, p1 >> 1, p2};
+}
+__device__ inline uint32_t Tq3Nibbles(const Tq3AlignedPlanes& a, int r) {
+  const bool low = r < 2;
+  const int base = low ? r : r - 2;  // bit of nibble n where coordinate 4 n + r's magnitude bit 0 sits
+  const uint32_t b0 = low ? a.lo0 : a.hi0;
+  const uint32_t b1 = low ? a.lo1 : a.hi1;
+  const uint32_t b2 = low ? a.lo2 : a.hi2;
+  const uint32_t mask0 = 0x11111111u << base;
+  const uint32_t mask1 = 0x22222222u << base;
+  const uint32_t t = (b1 & mask1) | (b2 & ~mask1);  // bit-selects (one LOP3 each)
+  const uint32_t u = (b0 & mask0) | (t & ~mask0);
+  return (u >> base) & 0x77777777u;  // bit 3 of each nibble held another coordinate's sign
+}
+// Indices in nibbles 0-3 of sel -> fp16 centroids (alpha-scaled) as two fp16x2 registers: (c0, c1), (c2, c3).
+__device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& out01, uint32_t& out23) {
+  const uint32_t lo4 = Prmt(tab.lo, tab.lo, sel);
+  const uint32_t hi4 = Prmt(tab.hi_pos, tab.hi_neg, sel);
+  out01 = Prmt(lo4, hi4, 0x5140u);
+  out23 = Prmt(lo4, hi4, 0x7362u);
+}
+// Key side, quarter r of one key's 32-coordinate group: out[h] = coordinates (8 h + r, 8 h + 4 + r), the
+// ExpandTq3<32> order (so KDim<kTq3> and the query fragments are unchanged).
+__device__ inline void Tq3KeyQuarter(const Tq3AlignedPlanes& planes, int r, const Tq3Tables& tab, uint32_t (&out)[4]) {
+  const uint32_t nib = Tq3Nibbles(planes, r);
+  Tq3Lookup4(nib, tab, out[0], out[1]);
+  Tq3Lookup4(nib >> 16, tab, out[2], out[3]);
+}
+// Value side: the planes of two keys a, b merged so that selector nibbles alternate between the keys. Byte k of
+// even plane i = (bits 8k..8k+3 of a's plane i, then of b's); of odd plane i = bits 8k+4..8k+7 of a's, then b's.
+// Tq3Nibbles(even, r): nibble 2k = a's coordinate 8k + r, nibble 2k + 1 = b's; Tq3Nibbles(odd, r): 8k + 4 + r.
+// So Tq3Lookup4(Tq3Nibbles(even, r) >> 16 j) gives the (a, b) pairs of coordinates 16 j + r and 16 j + 8 + r, the
+// odd planes those of 16 j + 4 + r and 16 j + 12 + r.
+__device__ inline void MergeTq3ValuePlanes(const uint32_t (&wa)[3], const uint32_t (&wb)[3], Tq3AlignedPlanes& even,
+                                           Tq3AlignedPlanes& odd) {
+  uint32_t e[3];
+  uint32_t o[3];
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kMaxGroup + h]);
-    float out = 0.0f;
-    float lse = -INFINITY;
-    if (max_all != -INFINITY) {
-      float sum = 0.0f;
-      float acc = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) {
-        const float weight = exp2f(warp_max[w * kMaxGroup + h] - max_all);
-        sum += warp_sum[w * kMaxGroup + h] * weight;
-        acc += warp_out[(w * kMaxGroup + h) * kHeadDim + dim] * weight;
-      }
-      out = acc / sum;
-      lse = max_all + log2f(sum);
-    }
-    p.part_out[(state_base + h) * kHeadDim + dim] = out;
-    if (dim == 0) p.part_lse[state_base + h] = lse;
+  for (int i = 0; i < 3; ++i) {
+    e[i] = (wa[i] & 0x0F0F0F0Fu) | ((wb[i] << 4) & 0xF0F0F0F0u);
+    o[i] = ((wa[i] >> 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
   }
+  even = AlignTq3Planes(e[0], e[1], e[2]);
+  odd = AlignTq3Planes(o[0], o[1], o[2]);
+}
+
+// Copies of one TQ3 tile (16 tokens starting at the page-section row head_token = kv_head * page_tokens + tok0):
+// K codes, V codes, K scales, V scales, byte-for-byte into the stage. The whole warp, no loop.
+template <int kHeadDim>
+__device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int head_token, int v_codes_section,
+                                    int scales_section, int v_scales_section, int lane) {
+  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
+  constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
+  const uint8_t* k_src = page + head_token * L::kCodeBytes;
+  const uint8_t* v_src = k_src + v_codes_section;
+#pragma unroll
+  for (int i = 0; i < (kCodeChunks + kWarpSize - 1) / kWarpSize; ++i) {
+    const int c = lane + kWarpSize * i;
+    if (kCodeChunks % kWarpSize == 0 || c < kCodeChunks) {
+      CpAsync16(stage + L::kKOffset + c * 16, k_src + c * 16);
+      CpAsync16(stage + L::kVOffset + c * 16, v_src + c * 16);
+    }
+  }
+  static_assert(L::kScaleBytes == 2, "TQ3 scales are fp16");
+  // 16 fp16 scales = two 16-byte chunks per run: lanes 0-1 K scales, lanes 2-3 V scales.
+  if (lane < 4) {
+    const int part = lane & 1;
+    const bool is_v = lane >= 2;
+    CpAsync16(stage + (is_v ? L::kVScaleOffset : L::kKScaleOffset) + 16 * part,
+              page + scales_section + (is_v ? v_scales_section : 0) + head_token * L::kScaleBytes + 16 * part);
+  }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kHeadDim>::kCtasPerSm))
+    DecodePartialTq3Kernel(DecodeParams p) {
+  constexpr KvFormat kFormat = KvFormat::kTq3;
+  using L = TileLayout<kFormat, kHeadDim>;
+  constexpr int kBlocks = kHeadDim / kBlockDims;
+  constexpr int kMTiles = kHeadDim / 16;
+  constexpr int kTile = kCudaKeyTileTokens;
+  constexpr int kChains = 2;  // score accumulators: query hi, lo
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
+  uint8_t* stages_base = smem + L::kQFragBytes;
+
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int g = lane >> 2;  // key rows g, 8 + g (scores); dim rows (values)
+  const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
+  const int kv_head = blockIdx.y;
+  const CudaWorkItem item = p.items[blockIdx.x];
+  // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
+  // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
+  // back before nearly every prmt (~65 extra instructions per tile in the SASS).
+  __shared__ Tq3Tables shared_tables[kWarpSize];
+  if (threadIdx.x < kWarpSize) shared_tables[threadIdx.x] = MakeTq3Tables();
+
+  const int page_tokens = p.layout.page_tokens;
+  const int tiles_per_page = page_tokens / kTile;
+  const int num_pages = item.page_end - item.page_begin;
+  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
+  const size_t page_bytes = p.layout.page_bytes();
+  const int vectors = p.layout.kv_heads * page_tokens;
+  const int v_codes_section = vectors * L::kCodeBytes;
+  const int scales_section = 2 * v_codes_section;
+  const int v_scales_section = vectors * 2;
+  const int head_row = kv_head * page_tokens;
+  uint8_t* my_stages = stages_base + warp * L::kStages * L::kStageBytes;
+
+  // A warp's tiles are warp, warp + 4, ...; tile -> (page of the item, tile in that page) by a multiply-high with
+  // ceil(2^32 / tiles_per_page), exact while tile * tiles_per_page < 2^32 (tiles < 2^20, tiles_per_page <= 4096).
+  const uint32_t page_magic = 0xFFFFFFFFu / uint32_t(tiles_per_page) + 1u;
+  auto page_of = [&](int tile) { return tiles_per_page == 1 ? tile : int(__umulhi(uint32_t(tile), page_magic)); };
+  int issue_tile = warp;
+  const int32_t* item_page_ids = p.page_ids + item.page_begin;
+#pragma unroll
+  for (int s = 0; s < L::kStages - 1; ++s) {
+    if (issue_tile < num_tiles) {
+      const int page = page_of(issue_tile);
+      IssueTq3Tile<kHeadDim>(my_stages + s * L::kStageBytes, p.pages + size_t(item_page_ids[page]) * page_bytes,
+                             head_row + kTile * (issue_tile - page * tiles_per_page), v_codes_section, scales_section,
+                             v_scales_section, lane);
+    }
+    CpAsyncCommit();
+    issue_tile += kDecodeWarps;
+  }
+  BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
+  __syncthreads();
+  const Tq3Tables tab = shared_tables[lane];
+
+  float row_max[2] = {-INFINITY, -INFINITY};  // heads 2t, 2t + 1, uniform over g
+  float row_sum[2] = {0.0f, 0.0f};            // heads 2t, 2t + 1, this thread's keys (reduced over g at the end)
+  float v_unit = 0.0f;  // o_acc holds O / v_unit (keeps the folded V scales in fp16 range)
+  float inv_v_unit = 0.0f;
+  float o_acc[kMTiles][4];
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
+
+  // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
+  int next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
+  int read_stage = 0;
+  int write_stage = L::kStages - 1;
+  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps) {
+    if (issue_tile < num_tiles) {
+      IssueTq3Tile<kHeadDim>(my_stages + write_stage * L::kStageBytes, p.pages + size_t(next_page_id) * page_bytes,
+                             head_row + kTile * (issue_tile - page_of(issue_tile) * tiles_per_page), v_codes_section,
+                             scales_section, v_scales_section, lane);
+    }
+    CpAsyncCommit();
+    issue_tile += kDecodeWarps;
+    next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
+    write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
+
+    CpAsyncWait<L::kStages - 1>();
+    __syncwarp();
+    const uint8_t* stage = my_stages + read_stage * L::kStageBytes;
+    read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
+    const int cur_page = page_of(tile);
+    const int page_valid = cur_page == num_pages - 1 ? item.last_tokens : page_tokens;
+    const int valid = min(kTile, page_valid - kTile * (tile - cur_page * tiles_per_page));
+
+    // ---- scores S^T: rows = keys g (a) and 8 + g (b), masked keys read the last valid one; columns = heads.
+    float acc[kChains][4];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+    const int key_a = min(g, valid - 1);
+    const int key_b = min(8 + g, valid - 1);
+    const uint8_t* codes_a = stage + L::kKOffset + key_a * L::kCodeBytes + t * 12;
+    const uint8_t* codes_b = stage + L::kKOffset + key_b * L::kCodeBytes + t * 12;
+#pragma unroll
+    for (int block = 0; block < kBlocks; ++block) {
+      const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
+      const uint8_t* gb = codes_b + block * 48;
+      const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
+      const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        uint32_t ka[4];
+        uint32_t kb[4];
+        Tq3KeyQuarter(planes_a, r, tab, ka);
+        Tq3KeyQuarter(planes_b, r, tab, kb);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // k-step block * 8 + 2 r + half
+          const uint4 qf = q_frag[(block * 8 + 2 * r + half) * kWarpSize + lane];
+          MmaF16(acc[0], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.x, qf.y);
+          MmaF16(acc[1], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.z, qf.w);
+        }
+      }
+    }
+    // sc[kk][hh]: key (kk ? 8 + g : g), head 2t + hh.
+    float sc[2][2];
+    sc[0][0] = acc[0][0] + acc[1][0];
+    sc[0][1] = acc[0][1] + acc[1][1];
+    sc[1][0] = acc[0][2] + acc[1][2];
+    sc[1][1] = acc[0][3] + acc[1][3];
+    const float k_scale[2] = {StagedScale<kFormat>(stage + L::kKScaleOffset, key_a),
+                              StagedScale<kFormat>(stage + L::kKScaleOffset, key_b)};
+    const float v_scale[2] = {StagedScale<kFormat>(stage + L::kVScaleOffset, key_a),
+                              StagedScale<kFormat>(stage + L::kVScaleOffset, key_b)};
+    const bool key_valid[2] = {g < valid, 8 + g < valid};
+    float alpha[2];
+    float prob[2][2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) sc[kk][hh] = key_valid[kk] ? sc[kk][hh] * k_scale[kk] : -INFINITY;
+      float tile_max = fmaxf(sc[0][hh], sc[1][hh]);
+#pragma unroll
+      for (int offset = 4; offset < kWarpSize; offset *= 2) {  // over the 8 key-row groups
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
+      }
+      const float new_max = fmaxf(row_max[hh], tile_max);  // finite: key 0 of a tile is always valid
+      alpha[hh] = Exp2Approx(row_max[hh] - new_max);
+      row_max[hh] = new_max;
+      prob[0][hh] = Exp2Approx(sc[0][hh] - new_max);
+      prob[1][hh] = Exp2Approx(sc[1][hh] - new_max);
+      row_sum[hh] = row_sum[hh] * alpha[hh] + (prob[0][hh] + prob[1][hh]);
+    }
+    // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
+    float ratio = 1.0f;
+    {
+      float v_max = fmaxf(v_scale[0], v_scale[1]);
+#pragma unroll
+      for (int offset = 4; offset < kWarpSize; offset *= 2) {
+        v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, offset));
+      }
+      const float new_unit = v_max * (1.0f / kProbScale);
+      if (new_unit > v_unit) {
+        ratio = v_unit / new_unit;
+        v_unit = new_unit;
+        inv_v_unit = kProbScale / v_max;
+      }
+    }
+    // P^T fragments of the value MMA: b0 = keys (2t, 2t + 1), b1 = keys (8 + 2t, 9 + 2t) of head g, i.e. the
+    // transposes of the 8x8 blocks (keys g | 8 + g) x (heads 2t, 2t + 1) this thread holds.
+    const uint32_t pb0 = TransposeB16x8x8(
+        PackHalf2(prob[0][0] * (v_scale[0] * inv_v_unit), prob[0][1] * (v_scale[0] * inv_v_unit)));
+    const uint32_t pb1 = TransposeB16x8x8(
+        PackHalf2(prob[1][0] * (v_scale[1] * inv_v_unit), prob[1][1] * (v_scale[1] * inv_v_unit)));
+    // Rescale O columns (heads 2t, 2t + 1).
+    const float f0 = alpha[0] * ratio;
+    const float f1 = alpha[1] * ratio;
+    if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        o_acc[m][0] *= f0;
+        o_acc[m][1] *= f1;
+        o_acc[m][2] *= f0;
+        o_acc[m][3] *= f1;
+      }
+    }
+    // ---- values: keys 2t, 2t + 1 (a0, a1 of the A operand) and 8 + 2t, 9 + 2t (a2, a3), one quarter of the
+    // coordinates at a time (kPerR m-tiles).
+    constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
+    constexpr int kPerR = kCoords / 8;
+    const uint8_t* v_rows = stage + L::kVOffset + 12 * (kHeadDim == 256 ? g : (g >> 1));
+    const int shift = kHeadDim == 256 ? 0 : 16 * (g & 1);
+    const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+    uint32_t w[4][3];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kCodeBytes;
+#pragma unroll
+      for (int plane = 0; plane < 3; ++plane) w[i][plane] = LoadU32(codes + 4 * plane) >> shift;
+    }
+    Tq3AlignedPlanes even01, odd01, even23, odd23;
+    MergeTq3ValuePlanes(w[0], w[1], even01, odd01);
+    MergeTq3ValuePlanes(w[2], w[3], even23, odd23);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint32_t sel_even01 = Tq3Nibbles(even01, r);
+      const uint32_t sel_odd01 = Tq3Nibbles(odd01, r);
+      const uint32_t sel_even23 = Tq3Nibbles(even23, r);
+      const uint32_t sel_odd23 = Tq3Nibbles(odd23, r);
+#pragma unroll
+      for (int j = 0; j < kCoords / 16; ++j) {  // 16 coordinates (2 m-tiles) at a time: fewer live registers
+        uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
+        Tq3Lookup4(sel_even01 >> (16 * j), tab, ve01[0], ve01[1]);
+        Tq3Lookup4(sel_odd01 >> (16 * j), tab, vo01[0], vo01[1]);
+        Tq3Lookup4(sel_even23 >> (16 * j), tab, ve23[0], ve23[1]);
+        Tq3Lookup4(sel_odd23 >> (16 * j), tab, vo23[0], vo23[1]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // m-tile r * kPerR + 2 j + h: coordinates 8 (2 j + h) + r and that + 4
+          MmaF16(o_acc[r * kPerR + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+        }
+      }
+    }
+    __syncwarp();  // this stage is refilled by a later iteration's copies
+  }
+  CpAsyncWait<0>();
+
+  // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
+  __syncthreads();
+  float* warp_out = reinterpret_cast<float*>(stages_base);           // [warps][kMaxGroup][kHeadDim]
+  float* warp_max = warp_out + kDecodeWarps * kMaxGroup * kHeadDim;  // [warps][kMaxGroup]
+  float* warp_sum = warp_max + kDecodeWarps * kMaxGroup;             // [warps][kMaxGroup]
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+    for (int offset = 4; offset < kWarpSize; offset *= 2) {
+      row_sum[hh] += __shfl_xor_sync(kFullWarpMask, row_sum[hh], offset);
+    }
+    if (g == 0) {
+      warp_max[warp * kMaxGroup + 2 * t + hh] = row_max[hh];
+      warp_sum[warp * kMaxGroup + 2 * t + hh] = row_sum[hh];
+    }
+  }
+  float* my_out = warp_out + warp * kMaxGroup * kHeadDim;
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+    const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
+    const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
+    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0] * v_unit;
+    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1] * v_unit;
+    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2] * v_unit;
+    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
+  }
+  __syncthreads();
+  WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -827,10 +1211,20 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
 
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
 // any run, so a graph capture of the run only sees launches).
+// The partial kernel of a format: TQ3 has its own (v6), BF16 / FP8 share DecodePartialKernel.
+template <KvFormat kFormat, int kHeadDim>
+constexpr auto PartialKernel() {
+  if constexpr (kFormat == KvFormat::kTq3) {
+    return DecodePartialTq3Kernel<kHeadDim>;
+  } else {
+    return DecodePartialKernel<kFormat, kHeadDim>;
+  }
+}
+
 template <KvFormat kFormat, int kHeadDim>
 cudaError_t PreparePartial() {
   static const cudaError_t status =
-      cudaFuncSetAttribute(DecodePartialKernel<kFormat, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                            TileLayout<kFormat, kHeadDim>::kSmemBytes);
   return status;
 }
@@ -839,7 +1233,7 @@ cudaError_t PreparePartial() {
 template <KvFormat kFormat, int kHeadDim>
 Status PartialOccupancy(int* ctas_per_sm) {
   MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
-  return CudaError(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, DecodePartialKernel<kFormat, kHeadDim>,
+  return CudaError(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, PartialKernel<kFormat, kHeadDim>(),
                                                                   kDecodeThreads,
                                                                   TileLayout<kFormat, kHeadDim>::kSmemBytes),
                    "occupancy query");
@@ -865,7 +1259,7 @@ template <KvFormat kFormat, int kHeadDim>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
   using L = TileLayout<kFormat, kHeadDim>;
   MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
-  DecodePartialKernel<kFormat, kHeadDim>
+  PartialKernel<kFormat, kHeadDim>()
       <<<dim3(unsigned(items), unsigned(kv_heads)), kDecodeThreads, L::kSmemBytes, stream>>>(params);
   return CudaError(cudaGetLastError(), "decode partial kernel launch");
 }
