@@ -303,7 +303,9 @@ struct TileLayout {
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
   // 64 output accumulators need the registers; 3 for TQ3, whose staged tiles are small) and 4 for d = 128.
   static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
-  static constexpr int kCtaCap = kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? 4 : 2) : 4;
+  // TQ3 d = 128 (v7): 6 CTAs = 24 warps per SM (80 registers, no spills; 7 spill): its tiles are latency bound.
+  static constexpr int kCtaCap =
+      kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? 4 : 2) : (kFormat == KvFormat::kTq3 ? 6 : 4);
   static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
 };
 
@@ -742,6 +744,17 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
+// x >> n (n constant after unrolling). With MINIMAKV_TQ3_SHIFT_MUL it is a multiply-high by 2^(32 - n), which
+// runs on the FMA pipe instead of the integer ALU pipe that the prmt / lop3 of the expansion saturate (experiment
+// v7b, docs/cuda-notes.md).
+__device__ inline uint32_t ShiftRight(uint32_t x, int n) {
+#if defined(MINIMAKV_TQ3_SHIFT_MUL)
+  return n == 0 ? x : __umulhi(x, 1u << (32 - n));
+#else
+  return x >> n;
+#endif
+}
+
 // Selector nibbles from the bit planes p0, p1, p2 (tq3_codec.h) of 32 coordinates: nibble n (n < 8) of quarter r
 // (r < 4) = 3-bit index of coordinate 4 n + r; bit 3 of every nibble is zero (prmt reads it as "replicate sign").
 // The planes are aligned once per group so that each quarter costs two bit-selects, one shift and one mask:
@@ -752,7 +765,7 @@ struct Tq3AlignedPlanes {
   uint32_t hi0, hi1, hi2;  // p0 >> 2, p1 >> 1, p2: bits 4 n + r - 2, - 1, + 0 hold it (r = 2, 3)
 };
 __device__ inline Tq3AlignedPlanes AlignTq3Planes(uint32_t p0, uint32_t p1, uint32_t p2) {
-  return {p0, p1 << 1, p2 << 2, p0 >> 2, p1 >> 1, p2};
+  return {p0, p1 << 1, p2 << 2, ShiftRight(p0, 2), ShiftRight(p1, 1), p2};
 }
 __device__ inline uint32_t Tq3Nibbles(const Tq3AlignedPlanes& a, int r) {
   const bool low = r < 2;
@@ -764,7 +777,7 @@ __device__ inline uint32_t Tq3Nibbles(const Tq3AlignedPlanes& a, int r) {
   const uint32_t mask1 = 0x22222222u << base;
   const uint32_t t = (b1 & mask1) | (b2 & ~mask1);  // bit-selects (one LOP3 each)
   const uint32_t u = (b0 & mask0) | (t & ~mask0);
-  return (u >> base) & 0x77777777u;  // bit 3 of each nibble held another coordinate's sign
+  return ShiftRight(u, base) & 0x77777777u;  // bit 3 of each nibble held another coordinate's sign
 }
 // Indices in nibbles 0-3 of sel -> fp16 centroids (alpha-scaled) as two fp16x2 registers: (c0, c1), (c2, c3).
 __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& out01, uint32_t& out23) {
@@ -778,7 +791,7 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
 __device__ inline void Tq3KeyQuarter(const Tq3AlignedPlanes& planes, int r, const Tq3Tables& tab, uint32_t (&out)[4]) {
   const uint32_t nib = Tq3Nibbles(planes, r);
   Tq3Lookup4(nib, tab, out[0], out[1]);
-  Tq3Lookup4(nib >> 16, tab, out[2], out[3]);
+  Tq3Lookup4(ShiftRight(nib, 16), tab, out[2], out[3]);
 }
 // Value side: the planes of two keys a, b merged so that selector nibbles alternate between the keys. Byte k of
 // even plane i = (bits 8k..8k+3 of a's plane i, then of b's); of odd plane i = bits 8k+4..8k+7 of a's, then b's.
@@ -792,7 +805,7 @@ __device__ inline void MergeTq3ValuePlanes(const uint32_t (&wa)[3], const uint32
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     e[i] = (wa[i] & 0x0F0F0F0Fu) | ((wb[i] << 4) & 0xF0F0F0F0u);
-    o[i] = ((wa[i] >> 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
+    o[i] = (ShiftRight(wa[i], 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
   }
   even = AlignTq3Planes(e[0], e[1], e[2]);
   odd = AlignTq3Planes(o[0], o[1], o[2]);
@@ -1008,15 +1021,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kH
     // coordinates at a time (kPerR m-tiles).
     constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
     constexpr int kPerR = kCoords / 8;
-    const uint8_t* v_rows = stage + L::kVOffset + 12 * (kHeadDim == 256 ? g : (g >> 1));
-    const int shift = kHeadDim == 256 ? 0 : 16 * (g & 1);
+    // d = 128: thread g takes the 16-coordinate half g & 1 of group g / 2, read as 16-bit plane halves.
+    const uint8_t* v_rows = stage + L::kVOffset + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
     const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
     uint32_t w[4][3];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kCodeBytes;
 #pragma unroll
-      for (int plane = 0; plane < 3; ++plane) w[i][plane] = LoadU32(codes + 4 * plane) >> shift;
+      for (int plane = 0; plane < 3; ++plane) {
+        w[i][plane] = kHeadDim == 256 ? LoadU32(codes + 4 * plane)
+                                      : uint32_t(*reinterpret_cast<const uint16_t*>(codes + 4 * plane));
+      }
     }
     Tq3AlignedPlanes even01, odd01, even23, odd23;
     MergeTq3ValuePlanes(w[0], w[1], even01, odd01);
@@ -1030,10 +1046,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kH
 #pragma unroll
       for (int j = 0; j < kCoords / 16; ++j) {  // 16 coordinates (2 m-tiles) at a time: fewer live registers
         uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-        Tq3Lookup4(sel_even01 >> (16 * j), tab, ve01[0], ve01[1]);
-        Tq3Lookup4(sel_odd01 >> (16 * j), tab, vo01[0], vo01[1]);
-        Tq3Lookup4(sel_even23 >> (16 * j), tab, ve23[0], ve23[1]);
-        Tq3Lookup4(sel_odd23 >> (16 * j), tab, vo23[0], vo23[1]);
+        Tq3Lookup4(ShiftRight(sel_even01, 16 * j), tab, ve01[0], ve01[1]);
+        Tq3Lookup4(ShiftRight(sel_odd01, 16 * j), tab, vo01[0], vo01[1]);
+        Tq3Lookup4(ShiftRight(sel_even23, 16 * j), tab, ve23[0], ve23[1]);
+        Tq3Lookup4(ShiftRight(sel_odd23, 16 * j), tab, vo23[0], vo23[1]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // m-tile r * kPerR + 2 j + h: coordinates 8 (2 j + h) + r and that + 4
           MmaF16(o_acc[r * kPerR + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
