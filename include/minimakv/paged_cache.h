@@ -50,6 +50,7 @@
 #include "minimakv/paged_kv_view.h"
 #include "minimakv/retention_policy.h"
 #include "minimakv/status.h"
+#include "minimakv/token_range.h"
 
 namespace minimakv {
 
@@ -67,12 +68,6 @@ struct CacheConfig {
   size_t pool_bytes[kNumKvFormats] = {0, 0, 0};
   RetentionPolicy policy;
   uint64_t rotation_seed = HadamardRotation::kDefaultSeed;
-};
-
-// A tokens range [begin_token, end_token) of one sequence.
-struct TokenRange {
-  int64_t begin_token = 0;
-  int64_t end_token = 0;
 };
 
 // Owns the CSR arrays a PagedKvView points into. Reuse one across steps to avoid reallocations.

@@ -170,8 +170,8 @@ Status RunFidelity(const FidelityConfig& c, const std::function<void(const std::
       MINIMAKV_RETURN_IF_ERROR(BuildSyntheticPool(layout, &rotation, {tiers[i].second}, source, 0, &pools[i]));
       views.push_back(pools[i].View());
       for (const TokenRange& r : tiers[i].second) {
-        for (int64_t t = r.begin; t < r.end; ++t) positions.push_back(t);
-        payload_bits += double(r.end - r.begin) * 2.0 * c.kv_heads * BytesPerVector(layout.format, d) * 8.0;
+        for (int64_t t = r.begin_token; t < r.end_token; ++t) positions.push_back(t);
+        payload_bits += double(r.end_token - r.begin_token) * 2.0 * c.kv_heads * BytesPerVector(layout.format, d) * 8.0;
       }
     }
     std::vector<float> out(outputs * d);

@@ -73,11 +73,11 @@ Status BuildSyntheticPool(const PageLayout& layout, const HadamardRotation* rota
     int64_t tokens = 0;
     for (size_t i = 0; i < ranges[s].size(); ++i) {
       const TokenRange& range = ranges[s][i];
-      if (range.begin < 0 || range.end < range.begin) {
+      if (range.begin_token < 0 || range.end_token < range.begin_token) {
         return Status::InvalidArgument("sequence " + std::to_string(s) + " range " + std::to_string(i) + " [" +
-                                       std::to_string(range.begin) + ", " + std::to_string(range.end) + ") is invalid");
+                                       std::to_string(range.begin_token) + ", " + std::to_string(range.end_token) + ") is invalid");
       }
-      const int64_t length = range.end - range.begin;
+      const int64_t length = range.end_token - range.begin_token;
       if (i + 1 < ranges[s].size() && length % page_tokens != 0) {
         return Status::InvalidArgument("sequence " + std::to_string(s) + " range " + std::to_string(i) + " holds " +
                                        std::to_string(length) + " tokens, not a multiple of page_tokens " +
@@ -117,7 +117,7 @@ Status BuildSyntheticPool(const PageLayout& layout, const HadamardRotation* rota
   for (size_t s = 0; s < ranges.size(); ++s) {
     int64_t slot = 0;  // token slot within the sequence's listed pages
     for (const TokenRange& range : ranges[s]) {
-      for (int64_t token = range.begin; token < range.end; ++token, ++slot) {
+      for (int64_t token = range.begin_token; token < range.end_token; ++token, ++slot) {
         source(int(s), token, k.data(), v.data());
         const int32_t page_id = built.page_ids[size_t(built.page_indptr[s] + slot / page_tokens)];
         uint8_t* page = built.pages.get() + size_t(page_id) * layout.page_bytes();

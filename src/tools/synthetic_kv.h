@@ -13,14 +13,9 @@
 #include "minimakv/page_layout.h"
 #include "minimakv/paged_kv_view.h"
 #include "minimakv/status.h"
+#include "minimakv/token_range.h"
 
 namespace minimakv {
-
-// Tokens [begin, end) of one sequence.
-struct TokenRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
 
 // Writes token `token` of sequence `seq`: k and v are [kv_heads][head_dim] each.
 using KvSource = std::function<void(int seq, int64_t token, float* k, float* v)>;

@@ -60,20 +60,20 @@ TEST(DecodeBench, MinimaSplitsTiersAtPageBoundaries) {
   std::vector<TokenRange> fp8, tq3;
   SplitMinimaTiers(32768, 64, 256, 1024, &fp8, &tq3);
   ASSERT_EQ(fp8.size(), 2u);
-  EXPECT_EQ(fp8[0].begin, 0);
-  EXPECT_EQ(fp8[0].end, 256);
-  EXPECT_EQ(fp8[1].begin, 32768 - 1024);
-  EXPECT_EQ(fp8[1].end, 32768);
+  EXPECT_EQ(fp8[0].begin_token, 0);
+  EXPECT_EQ(fp8[0].end_token, 256);
+  EXPECT_EQ(fp8[1].begin_token, 32768 - 1024);
+  EXPECT_EQ(fp8[1].end_token, 32768);
   ASSERT_EQ(tq3.size(), 1u);
-  EXPECT_EQ(tq3[0].begin, 256);
-  EXPECT_EQ(tq3[0].end, 32768 - 1024);
+  EXPECT_EQ(tq3[0].begin_token, 256);
+  EXPECT_EQ(tq3[0].end_token, 32768 - 1024);
   // Recent window not on a page boundary: the tail starts at the boundary below, so it holds >= 1000 tokens.
   SplitMinimaTiers(5000, 64, 100, 1000, &fp8, &tq3);
   ASSERT_EQ(fp8.size(), 2u);
-  EXPECT_EQ(fp8[0].end, 128);
-  EXPECT_EQ(fp8[1].begin, 3968);  // floor((5000 - 1000) / 64) * 64
-  EXPECT_EQ(tq3[0].begin, 128);
-  EXPECT_EQ(tq3[0].end, 3968);
+  EXPECT_EQ(fp8[0].end_token, 128);
+  EXPECT_EQ(fp8[1].begin_token, 3968);  // floor((5000 - 1000) / 64) * 64
+  EXPECT_EQ(tq3[0].begin_token, 128);
+  EXPECT_EQ(tq3[0].end_token, 3968);
 }
 
 TEST(DecodeBench, RejectsBadConfig) {
