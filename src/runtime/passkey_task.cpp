@@ -10,7 +10,6 @@ constexpr const char* kIntro =
     "about the important information there.\n\n";
 constexpr const char* kFiller = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 constexpr const char* kQuestion = "\nWhat is the pass key? The pass key is";
-constexpr const char* kAnswerPrefix = "The pass key is";
 constexpr int kPasskeyDigits = 5;
 
 }  // namespace
@@ -44,8 +43,7 @@ Status BuildPasskeyCase(const Tokenizer& tokenizer, int64_t context_tokens, doub
     body += needle;
     for (int64_t i = 0; i < fillers_after; ++i) body += kFiller;
     body += kQuestion;
-    MINIMAKV_RETURN_IF_ERROR(tokenizer.ApplyChatTemplate({{"user", body}}, true, text));
-    *text += kAnswerPrefix;
+    *text = std::move(body);
     return Status::Ok();
   };
   std::string frame;
