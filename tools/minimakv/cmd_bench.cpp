@@ -105,15 +105,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   std::vector<DecodeBenchRow> rows;
   const Status s = RunDecodeBenchWithProgress(config, ProgressModeFrom(progress_mode), &rows);
   if (!s.ok()) return ReportError(command, s);
-  if (jsonl) {
-    for (const DecodeBenchRow& r : rows) std::printf("%s\n", DecodeBenchRowToJson(r).Dump().c_str());
-  } else if (json) {
-    JsonValue array = JsonValue::Array();
-    for (const DecodeBenchRow& r : rows) array.Append(DecodeBenchRowToJson(r));
-    PrintJson(array);
-  } else {
-    std::fputs(DecodeBenchRowsToText(rows).c_str(), stdout);
-  }
+  PrintRows(rows, json, jsonl, &DecodeBenchRowToJson, &DecodeBenchRowsToText);
   return kExitOk;
 }
 

@@ -89,15 +89,7 @@ int RunFidelityCommand(const std::vector<std::string>& args) {
   std::vector<FidelityRow> rows;
   const Status s = RunFidelityWithProgress(config, ProgressModeFrom(progress_mode), &rows);
   if (!s.ok()) return ReportError(command, s);
-  if (jsonl) {
-    for (const FidelityRow& r : rows) std::printf("%s\n", FidelityRowToJson(r).Dump().c_str());
-  } else if (json) {
-    JsonValue array = JsonValue::Array();
-    for (const FidelityRow& r : rows) array.Append(FidelityRowToJson(r));
-    PrintJson(array);
-  } else {
-    std::fputs(FidelityRowsToText(rows).c_str(), stdout);
-  }
+  PrintRows(rows, json, jsonl, &FidelityRowToJson, &FidelityRowsToText);
   return kExitOk;
 }
 
