@@ -303,23 +303,15 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
         im.cache_lse.resize(size_t(T * nq));
         CpuAttentionOptions opts;
         opts.num_threads = options_.num_threads;
-        // Workaround: AttendMixedCpu (as committed in 2ba9c8a) returns wrong outputs for a sequence with 5 or
-        // more query tokens over more than one page (measured against ReferenceAttention); up to 4 query tokens
-        // per call it matches the reference to 1e-7. So the chunk's queries go in groups of 4.
-        constexpr int64_t kMaxQueryTokensPerCall = 4;
-        for (int64_t t0 = 0; t0 < T; t0 += kMaxQueryTokensPerCall) {
-          const int64_t n = std::min(kMaxQueryTokensPerCall, T - t0);
-          const int32_t q_indptr[2] = {0, int32_t(n)};
-          AttentionQueries queries;
-          queries.q = im.q.data() + t0 * q_dim;
-          queries.q_indptr = q_indptr;
-          queries.num_seqs = 1;
-          queries.num_q_heads = nq;
-          queries.sm_scale = sm_scale;
-          MINIMAKV_RETURN_IF_ERROR(AttendMixedCpu(std::span<const PagedKvView>(views, size_t(num_views)), queries,
-                                                  &cache.rotation(), out + t0 * q_dim, im.cache_lse.data() + t0 * nq,
-                                                  opts));
-        }
+        const int32_t q_indptr[2] = {0, int32_t(T)};
+        AttentionQueries queries;
+        queries.q = im.q.data();
+        queries.q_indptr = q_indptr;
+        queries.num_seqs = 1;
+        queries.num_q_heads = nq;
+        queries.sm_scale = sm_scale;
+        MINIMAKV_RETURN_IF_ERROR(AttendMixedCpu(std::span<const PagedKvView>(views, size_t(num_views)), queries,
+                                                &cache.rotation(), out, im.cache_lse.data(), opts));
       }
       if (T > 1) {
         // Causal attention inside the chunk on full-precision K/V, merged with the cached part.
