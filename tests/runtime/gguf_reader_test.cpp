@@ -108,7 +108,7 @@ TEST(GgufReader, ParsesEveryValueTypeAndTensors) {
 
 TEST(GgufReader, OpensFileFromDiskWithMmap) {
   const std::vector<uint8_t> bytes = SampleFile();
-  const std::string path = ::testing::TempDir() + "/gguf_reader_test.gguf";
+  const std::string path = minimakv::testing::UniqueTempPath("gguf_reader_test");
   FILE* fp = std::fopen(path.c_str(), "wb");
   ASSERT_NE(fp, nullptr);
   ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), fp), bytes.size());

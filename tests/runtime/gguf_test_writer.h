@@ -8,7 +8,17 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
 namespace minimakv::testing {
+
+// A temp-file path unique to this process: ctest -j runs tests as parallel processes, and one process
+// rewriting a file that another has mmapped gets the reader SIGBUS (seen in CI under ASan).
+inline std::string UniqueTempPath(const std::string& stem) {
+  return ::testing::TempDir() + "/" + stem + "." + std::to_string(::getpid()) + ".gguf";
+}
 
 class GgufTestWriter {
  public:

@@ -52,7 +52,7 @@ std::vector<uint8_t> EncodeQ8_0(const std::vector<float>& x) {
 }
 
 std::string WriteTinyModel() {
-  const std::string path = ::testing::TempDir() + "/tiny_llama.gguf";
+  const std::string path = minimakv::testing::UniqueTempPath("tiny_llama");
   std::mt19937 rng(7);
   GgufTestWriter w;
   w.AddString("general.architecture", "llama");
@@ -98,7 +98,9 @@ std::string WriteTinyModel() {
 class TinyModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const Status s = LlamaModel::Load(WriteTinyModel(), &model_);
+    const std::string path = WriteTinyModel();
+    const Status s = LlamaModel::Load(path, &model_);
+    std::remove(path.c_str());  // the mapping stays valid after unlink
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   static void TearDownTestSuite() { model_.reset(); }
