@@ -9,6 +9,7 @@
 #include "minimakv/partial_state.h"
 #include "minimakv/scalar_formats.h"
 #include "runtime/llama_layer.h"
+#include "runtime/prompt_attention.h"
 #include "runtime/quant_matmul.h"
 #include "runtime/thread_pool.h"
 
@@ -48,34 +49,6 @@ void ApplyRope(float* x, int heads, int head_dim, int rope_dims, int64_t pos, fl
   }
 }
 
-// Softmax attention of one query over n contiguous keys/values (row stride `stride` floats), writing the
-// normalized output and the base-2 LSE of the scaled scores. With round_weights the normalized weights are
-// rounded to fp16 before the value sum (llama.cpp's f16 V product).
-void AttendContiguous(const float* q, const float* keys, const float* values, int64_t n, int64_t stride,
-                      int head_dim, float sm_scale, bool round_weights, std::vector<float>* scores, float* out,
-                      float* lse_log2) {
-  scores->resize(size_t(n));
-  float* s = scores->data();
-  float max_score = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    s[j] = DotF32(q, keys + j * stride, head_dim) * sm_scale;
-    max_score = std::max(max_score, s[j]);
-  }
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    s[j] = std::exp(s[j] - max_score);
-    sum += s[j];
-  }
-  const float inv = float(1.0 / sum);
-  std::fill(out, out + head_dim, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float w = round_weights ? RoundFp16(s[j] * inv) : s[j] * inv;
-    const float* v = values + j * stride;
-    for (int i = 0; i < head_dim; ++i) out[i] += w * v[i];
-  }
-  if (lse_log2 != nullptr) *lse_log2 = float(double(max_score) * double(kLog2e) + std::log2(sum));
-}
-
 }  // namespace
 
 std::string_view KvModeName(KvMode mode) {
@@ -104,6 +77,7 @@ struct InferenceSession::Impl {
   const LlamaModel* model = nullptr;
   ThreadPool pool;
   std::vector<Q8Block> q8_scratch;
+  PromptAttentionScratch attention_scratch;
   // Dense mode: per layer [max_tokens][kv_heads * head_dim].
   std::vector<std::vector<float>> dense_k, dense_v;
   // Paged modes.
@@ -111,7 +85,7 @@ struct InferenceSession::Impl {
   SeqId seq = 0;
   FormatViewStorage view_storage[kNumKvFormats];
   // Activations, resized per chunk.
-  std::vector<float> x, xn, q, k, v, attn, proj, gate, up, cache_out, cache_lse;
+  std::vector<float> x, xn, q, k, v, attn, proj, gate, up, cache_out, cache_lse, chunk_lse;
 };
 
 InferenceSession::~InferenceSession() = default;
@@ -237,7 +211,6 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
   }
   const int d = c.embedding_dim, hd = c.head_dim, nq = c.num_q_heads, nkv = c.num_kv_heads;
   const int64_t q_dim = int64_t(nq) * hd, kv_dim = int64_t(nkv) * hd;
-  const int group = nq / nkv;
   const float sm_scale = 1.0f / std::sqrt(float(hd));
   const bool dense = options_.mode == KvMode::kDense;
   const bool emulate = dense && options_.emulate_llama_cpp_f16;
@@ -273,19 +246,20 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
         vc[i] = emulate ? RoundFp16(im.v[size_t(i)]) : im.v[size_t(i)];
       }
       if (emulate) for (float& x : im.q) x = RoundFp16(x);
-      const float* keys = im.dense_k[size_t(l)].data();
-      const float* values = im.dense_v[size_t(l)].data();
-      im.pool.ParallelFor(T * nq, 4, [&](int64_t i0, int64_t i1) {
-        std::vector<float> scores;
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t t = i / nq;
-          const int h = int(i % nq);
-          const int g = h / group;
-          AttendContiguous(im.q.data() + t * q_dim + int64_t(h) * hd, keys + int64_t(g) * hd,
-                           values + int64_t(g) * hd, num_past_ + t + 1, kv_dim, hd, sm_scale, emulate, &scores,
-                           im.attn.data() + t * q_dim + int64_t(h) * hd, nullptr);
-        }
-      });
+      PromptAttentionArgs args;
+      args.q = im.q.data();
+      args.k = im.dense_k[size_t(l)].data();
+      args.v = im.dense_v[size_t(l)].data();
+      args.kv_stride = kv_dim;
+      args.tokens = T;
+      args.key_offset = num_past_;
+      args.num_q_heads = nq;
+      args.num_kv_heads = nkv;
+      args.head_dim = hd;
+      args.sm_scale = sm_scale;
+      args.round_weights_fp16 = emulate;
+      args.out = im.attn.data();
+      PromptAttention(args, &im.pool, &im.attention_scratch);
     } else {
       PagedCache& cache = *im.cache;
       const SeqId seqs[1] = {im.seq};
@@ -315,22 +289,29 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
       }
       if (T > 1) {
         // Causal attention inside the chunk on full-precision K/V, merged with the cached part.
-        im.pool.ParallelFor(T * nq, 4, [&](int64_t i0, int64_t i1) {
-          std::vector<float> scores;
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / nq;
-            const int h = int(i % nq);
-            const int g = h / group;
-            float* o = im.attn.data() + t * q_dim + int64_t(h) * hd;
-            float lse = 0.0f;
-            AttendContiguous(im.q.data() + t * q_dim + int64_t(h) * hd, im.k.data() + int64_t(g) * hd,
-                             im.v.data() + int64_t(g) * hd, t + 1, kv_dim, hd, sm_scale, false, &scores, o, &lse);
-            if (have_cache) {
-              MergePartialState(o, &lse, im.cache_out.data() + t * q_dim + int64_t(h) * hd,
-                                im.cache_lse[size_t(t * nq + h)], hd);
+        im.chunk_lse.resize(size_t(T * nq));
+        PromptAttentionArgs args;
+        args.q = im.q.data();
+        args.k = im.k.data();
+        args.v = im.v.data();
+        args.kv_stride = kv_dim;
+        args.tokens = T;
+        args.key_offset = 0;
+        args.num_q_heads = nq;
+        args.num_kv_heads = nkv;
+        args.head_dim = hd;
+        args.sm_scale = sm_scale;
+        args.out = im.attn.data();
+        args.lse_log2 = im.chunk_lse.data();
+        PromptAttention(args, &im.pool, &im.attention_scratch);
+        if (have_cache) {
+          im.pool.ParallelFor(T * nq, 16, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+              MergePartialState(im.attn.data() + i * hd, &im.chunk_lse[size_t(i)], im.cache_out.data() + i * hd,
+                                im.cache_lse[size_t(i)], hd);
             }
-          }
-        });
+          });
+        }
         MINIMAKV_RETURN_IF_ERROR(cache.Append(im.seq, l, im.k.data(), im.v.data(), int(T)));
       }
     }

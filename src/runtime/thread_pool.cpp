@@ -30,7 +30,7 @@ void ThreadPool::RunChunks() {
     const int64_t c = next_chunk_.fetch_add(1);
     if (c >= num_chunks_) return;
     const int64_t begin = c * chunk_size_;
-    (*fn_)(begin, std::min(n_, begin + chunk_size_));
+    fn_.call(fn_.object, begin, std::min(n_, begin + chunk_size_));
   }
 }
 
@@ -53,18 +53,18 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::Run(int64_t n, int64_t grain, bool one_grain_per_chunk, RangeFn fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
   if (workers_.empty() || grains == 1) {
-    fn(0, n);
+    fn.call(fn.object, 0, n);
     return;
   }
   // A few chunks per thread balances uneven work without much scheduling traffic.
-  const int64_t target_chunks = std::min<int64_t>(grains, int64_t(num_threads()) * 4);
+  const int64_t target_chunks = one_grain_per_chunk ? grains : std::min<int64_t>(grains, int64_t(num_threads()) * 4);
   const int64_t grains_per_chunk = (grains + target_chunks - 1) / target_chunks;
-  fn_ = &fn;
+  fn_ = fn;
   n_ = n;
   chunk_size_ = grains_per_chunk * grain;
   num_chunks_ = (n + chunk_size_ - 1) / chunk_size_;
@@ -80,7 +80,6 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
     if (spins < kSpinIterations) _mm_pause();
     else std::this_thread::yield();
   }
-  fn_ = nullptr;
 }
 
 }  // namespace minimakv
