@@ -22,10 +22,12 @@ namespace minimakv {
 struct CpuAttentionOptions {
   int num_threads = 1;        // worker threads for this call (the calling thread is one of them)
   bool force_scalar = false;  // run the portable scalar kernels even where SIMD ones exist
+  bool allow_amx = true;      // false: AVX-512 at most, even where the AMX kernels could run
 };
 
-// Name of the kernel family ComputePartialStatesCpu runs on this machine ("avx512" or "scalar"), decided once
-// in kernels/cpu/cpu_dispatch.cpp.
+// Name of the kernel family ComputePartialStatesCpu runs on this machine with these options ("amx", "avx512" or
+// "scalar"), decided in kernels/cpu/cpu_dispatch.cpp; the environment variable MINIMAKV_CPU_ISA (scalar |
+// avx512 | amx) caps it for the whole process.
 const char* CpuKernelIsa(const CpuAttentionOptions& options);
 
 // Partial states of every query token of every sequence over the tokens of ONE format's view.

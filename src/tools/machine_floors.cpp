@@ -36,7 +36,7 @@ constexpr int kFmaChains = 16;
 constexpr int64_t kFmaChunkIterations = 1 << 16;
 constexpr double kFmaSeconds = 0.05;
 
-bool UseAvx512() { return std::strcmp(cpu::SelectedIsaName(false), "avx512") == 0; }
+bool UseAvx512() { return cpu::SelectIsa(cpu::CpuIsa::kAvx512) == cpu::CpuIsa::kAvx512; }
 
 double ThreadCpuSeconds() {
   timespec t;

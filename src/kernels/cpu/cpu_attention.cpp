@@ -239,9 +239,13 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, cpu::KernelFn kernel) 
   });
 }
 
+cpu::CpuIsa IsaOf(const CpuAttentionOptions& options) {
+  return cpu::SelectIsa(cpu::MaxIsaOf(options.force_scalar, options.allow_amx));
+}
+
 }  // namespace
 
-const char* CpuKernelIsa(const CpuAttentionOptions& options) { return cpu::SelectedIsaName(options.force_scalar); }
+const char* CpuKernelIsa(const CpuAttentionOptions& options) { return cpu::IsaName(IsaOf(options)); }
 
 Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& queries,
                                const HadamardRotation* rotation, const PartialStatesOut& out,
@@ -255,7 +259,7 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
   if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
   ViewPlan plan;
   PlanView(view, queries, rotation, out, options.num_threads, &plan);
-  RunPlans({&plan, 1}, options.num_threads, cpu::SelectKernel(options.force_scalar));
+  RunPlans({&plan, 1}, options.num_threads, cpu::KernelFor(IsaOf(options)));
   return Status::Ok();
 }
 
@@ -321,7 +325,7 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
                                            : PartialStatesOut{part_out[i - 1].data(), part_lse[i - 1].data()};
     PlanView(views[i], queries, rotation, states, options.num_threads, &plans[i]);
   }
-  RunPlans(plans, options.num_threads, cpu::SelectKernel(options.force_scalar));
+  RunPlans(plans, options.num_threads, cpu::KernelFor(IsaOf(options)));
   for (size_t i = 1; i < views.size(); ++i) {
     float* const outs[] = {out, part_out[i - 1].data()};
     float* const lses[] = {lse, part_lse[i - 1].data()};

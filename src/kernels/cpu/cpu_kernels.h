@@ -37,9 +37,26 @@ void AttendScalar(const KernelTask& task);
 // AVX-512 kernels (kernels/cpu/cpu_kernels_avx512.cpp), only called when the CPU has the features.
 void AttendAvx512(const KernelTask& task);
 
-// The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp).
-KernelFn SelectKernel(bool force_scalar);
-const char* SelectedIsaName(bool force_scalar);
+// AMX kernels (kernels/cpu/cpu_kernels_amx.cpp), only called when AmxUsable().
+void AttendAmx(const KernelTask& task);
+// True when the CPU has AMX-TILE, AMX-BF16 and the AVX-512 subset the AMX kernels use, and the OS granted this
+// process tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+bool AmxUsable();
+// The TQ3 centroid split the AMX kernels use (8 entries each, index = sign << 2 | magnitude):
+// Tq3Centroid(i) ~= mu * (bf16 hi[i] + bf16 lo[i]). For the exactness test.
+void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu);
+
+// Kernel families, in increasing order of preference.
+enum class CpuIsa { kScalar, kAvx512, kAmx };
+
+// The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp): the best family the CPU (and,
+// for AMX, the OS) supports, capped by `max_isa` and by the environment variable MINIMAKV_CPU_ISA
+// (scalar | avx512 | amx; read once per process).
+CpuIsa SelectIsa(CpuIsa max_isa);
+KernelFn KernelFor(CpuIsa isa);
+const char* IsaName(CpuIsa isa);
+// The cap a CpuAttentionOptions asks for (force_scalar, allow_amx).
+CpuIsa MaxIsaOf(bool force_scalar, bool allow_amx);
 
 // Writes the empty state (lse -inf, zero output) to every row.
 void WriteEmptyState(const KernelTask& task, int head_dim);

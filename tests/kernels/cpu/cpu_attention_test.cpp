@@ -7,9 +7,12 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "minimakv/cpu_attention.h"
 #include "minimakv/partial_state.h"
 #include "minimakv/reference_attention.h"
+#include "minimakv/scalar_formats.h"
+#include "minimakv/tq3_codec.h"
 #include "tools/synthetic_kv.h"
 
 namespace minimakv {
@@ -115,6 +118,17 @@ double RelL2(const float* got, const float* want, size_t n) {
   return RelL2(got, w);
 }
 
+// Kernel families the tests run where the machine has them: every SIMD family is checked, not just the one
+// the dispatcher prefers.
+const char* const kIsas[] = {"amx", "avx512", "scalar"};
+
+// Options that run `isa`; false when this machine (or MINIMAKV_CPU_ISA) does not allow it.
+bool OptionsForIsa(const std::string& isa, CpuAttentionOptions* options) {
+  options->force_scalar = isa == "scalar";
+  options->allow_amx = isa == "amx";
+  return CpuKernelIsa(*options) == isa;
+}
+
 // Checks outputs and LSEs against the reference; empty rows must be exactly (0, -inf).
 void ExpectMatchesReference(const float* out, const float* lse, const std::vector<double>& want_out,
                             const std::vector<double>& want_lse, const std::string& what) {
@@ -130,12 +144,14 @@ void ExpectMatchesReference(const float* out, const float* lse, const std::vecto
   }
 }
 
-using KernelParam = std::tuple<KvFormat, int /*head_dim*/, int /*group*/, bool /*force_scalar*/>;
+using KernelParam = std::tuple<KvFormat, int /*head_dim*/, int /*group*/, std::string /*isa*/>;
 
 class CpuKernelVsReference : public ::testing::TestWithParam<KernelParam> {};
 
 TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
-  const auto [format, head_dim, group, force_scalar] = GetParam();
+  const auto [format, head_dim, group, isa] = GetParam();
+  CpuAttentionOptions isa_options;
+  if (!OptionsForIsa(isa, &isa_options)) GTEST_SKIP() << isa << " kernels do not run on this machine";
   constexpr int kKvHeads = 2;
   constexpr int kPageTokens = 16;
   // Empty, single-token, odd, exact-page, partly filled last page, several pages.
@@ -157,9 +173,8 @@ TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
     for (int threads : {1, 2}) {
       GuardedBuffer out(want_out.size());
       GuardedBuffer lse(want_lse.size());
-      CpuAttentionOptions options;
+      CpuAttentionOptions options = isa_options;
       options.num_threads = threads;
-      options.force_scalar = force_scalar;
       const Status status = ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options);
       ASSERT_TRUE(status.ok()) << status.ToString();
       ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse,
@@ -174,12 +189,12 @@ TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelVsReference,
                          ::testing::Combine(::testing::Values(KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3),
                                             ::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4, 6, 8),
-                                            ::testing::Bool()),
+                                            ::testing::ValuesIn(std::vector<std::string>(std::begin(kIsas), std::end(kIsas)))),
                          [](const ::testing::TestParamInfo<KernelParam>& info) {
                            return std::string(KvFormatName(std::get<0>(info.param))) + "_d" +
                                   std::to_string(std::get<1>(info.param)) + "_g" +
                                   std::to_string(std::get<2>(info.param)) +
-                                  (std::get<3>(info.param) ? "_scalar" : "_dispatch");
+                                  "_" + std::get<3>(info.param);
                          });
 
 // Prefill-like calls: many query tokens per sequence (row blocks of whole GQA groups, every row count 1..8
@@ -203,12 +218,12 @@ TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
         const AttentionQueries queries = qb.Queries(q_heads, kHeadDim);
         std::vector<double> want_out, want_lse;
         ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
-        for (bool force_scalar : {false, true}) {
+        for (const std::string isa : kIsas) {
+          CpuAttentionOptions options;
+          if (!OptionsForIsa(isa, &options)) continue;
           for (int threads : {1, 2}) {
             GuardedBuffer out(want_out.size());
             GuardedBuffer lse(want_lse.size());
-            CpuAttentionOptions options;
-            options.force_scalar = force_scalar;
             options.num_threads = threads;
             ASSERT_TRUE(AttendMixedCpu({&view, 1}, queries, &rotation, out.data(), lse.data(), options).ok());
             ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse,
@@ -242,21 +257,50 @@ TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
     const PagedKvView view = pool.View();
     std::vector<double> want_out, want_lse;
     ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
-    std::vector<float> out_simd(want_out.size()), lse_simd(want_lse.size());
     std::vector<float> out_scalar(want_out.size()), lse_scalar(want_lse.size());
     CpuAttentionOptions options;
-    options.num_threads = 2;
-    ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_simd.data(), lse_simd.data()}, options).ok());
-    ExpectMatchesReference(out_simd.data(), lse_simd.data(), want_out, want_lse, std::string(KvFormatName(format)));
     options.force_scalar = true;
     options.num_threads = 1;
     ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_scalar.data(), lse_scalar.data()}, options).ok());
     ExpectMatchesReference(out_scalar.data(), lse_scalar.data(), want_out, want_lse, "scalar");
-    // Both accumulate in fp32 in different orders (scalar: one token at a time over 3001 tokens; SIMD: 16-lane
-    // partial sums, blocks of 64 keys, two page ranges merged), so they agree to a few fp32 ulps of the sums.
-    EXPECT_LE(RelL2(out_simd.data(), out_scalar.data(), out_scalar.size()), 5e-6) << KvFormatName(format);
-    for (size_t r = 0; r < lse_simd.size(); ++r) EXPECT_NEAR(lse_simd[r], lse_scalar[r], 1e-5);
+    for (const std::string isa : {"amx", "avx512"}) {
+      if (!OptionsForIsa(isa, &options)) continue;
+      options.num_threads = 2;
+      std::vector<float> out_simd(want_out.size()), lse_simd(want_lse.size());
+      ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_simd.data(), lse_simd.data()}, options).ok());
+      const std::string what = std::string(KvFormatName(format)) + " " + isa;
+      ExpectMatchesReference(out_simd.data(), lse_simd.data(), want_out, want_lse, what);
+      // Both accumulate in fp32 in different orders (scalar: one token at a time over 3001 tokens; SIMD: 16-lane
+      // partial sums or tile sums, blocks of 64 keys, two page ranges merged), so they agree to a few fp32 ulps.
+      EXPECT_LE(RelL2(out_simd.data(), out_scalar.data(), out_scalar.size()), 5e-6) << what;
+      for (size_t r = 0; r < lse_simd.size(); ++r) EXPECT_NEAR(lse_simd[r], lse_scalar[r], 1e-5) << what;
+    }
   }
+}
+
+// The AMX kernels store TQ3 centroids as mu * (bf16 hi + bf16 lo): that must equal the fp32 centroid to within
+// fp32 rounding (2^-24 relative), or TQ3 scores and outputs would carry a systematic error.
+TEST(CpuAmxKernels, Tq3CentroidSplitIsExactToFp32) {
+  uint16_t hi[8], lo[8];
+  float mu = 0.0f;
+  cpu::Tq3AmxCentroidParts(hi, lo, &mu);
+  if (!cpu::AmxUsable()) GTEST_SKIP() << "no AMX kernels on this machine";
+  for (int i = 0; i < 8; ++i) {
+    const double c = double(Tq3Centroid(i));
+    const double split = double(mu) * (double(Bf16ToFloat(hi[i])) + double(Bf16ToFloat(lo[i])));
+    EXPECT_LE(std::fabs(split - c), std::ldexp(std::fabs(c), -24)) << "index " << i;
+  }
+}
+
+// The dispatcher reports the family it runs, and options cap it.
+TEST(CpuAmxKernels, IsaNamesFollowOptions) {
+  CpuAttentionOptions options;
+  const std::string best = CpuKernelIsa(options);
+  EXPECT_EQ(best == "amx", cpu::AmxUsable() && cpu::SelectIsa(cpu::CpuIsa::kAmx) == cpu::CpuIsa::kAmx);
+  options.allow_amx = false;
+  EXPECT_NE(std::string(CpuKernelIsa(options)), "amx");
+  options.force_scalar = true;
+  EXPECT_EQ(std::string(CpuKernelIsa(options)), "scalar");
 }
 
 // The same sequences split across BF16, FP8 and TQ3 views: merged result vs the reference over the union.
@@ -286,11 +330,11 @@ TEST(CpuAttention, MixedViewsMergeToReferenceOverUnion) {
   const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, kHeadDim);
   std::vector<double> want_out, want_lse;
   ASSERT_TRUE(ReferenceAttention(views, queries, &rotation, &want_out, &want_lse).ok());
-  for (bool force_scalar : {false, true}) {
+  for (const std::string isa : kIsas) {
+    CpuAttentionOptions options;
+    if (!OptionsForIsa(isa, &options)) continue;
     GuardedBuffer out(want_out.size());
     GuardedBuffer lse(want_lse.size());
-    CpuAttentionOptions options;
-    options.force_scalar = force_scalar;
     options.num_threads = 2;
     const Status status = AttendMixedCpu(views, queries, &rotation, out.data(), lse.data(), options);
     ASSERT_TRUE(status.ok()) << status.ToString();

@@ -1,0 +1,693 @@
+// AMX (Advanced Matrix Extensions) attention kernels: the multiply-adds of scores and values run on the tile
+// unit (TDPBF16PS: C[16 x 16] fp32 += A[16 x 32] bf16 * B[32 x 16] bf16), the online softmax stays in fp32 AVX-512
+// as in kernels/cpu/cpu_kernels_avx512.cpp. Compiled with per-function target attributes; only called when
+// kernels/cpu/cpu_dispatch.cpp has checked the CPU features and the OS granted tile state (AmxUsable()).
+// ref: Intel SDM vol. 1 ch. 18 (AMX) and vol. 2 (TDPBF16PS, LDTILECFG); Linux Documentation/arch/x86/xstate.rst.
+//
+// Exactness: bf16 x bf16 products are exact in fp32, so the only roundings are the fp32 accumulations, as in
+// the FMA kernels, provided every operand is split exactly into bf16 parts:
+//   * queries and softmax weights (fp32, 24-bit significand) into hi + mid + lo bf16 parts (8 bits each, by
+//     truncation: each remainder is exact in fp32 and the last one has at most 8 significant bits);
+//   * BF16 values are bf16; E4M3 values are exact in bf16 (3-bit mantissa, exponents 2^-9..2^8), their fp32
+//     scale is applied afterwards;
+//   * TQ3 centroids are not exact in bf16. We store c_m / mu as hi + lo bf16 parts and multiply by mu with the
+//     per-vector scale, where mu (kTq3Mu) was chosen by exhaustive search over the fp32 values in [0.5, 1) so
+//     that mu * (hi_m + lo_m) equals c_m within 2.8e-8 relative for all four magnitudes (below fp32's 6e-8;
+//     the unit test checks this bound). Two key tiles and two value tiles per TQ3 step instead of three.
+//
+// One task (one KV head, R <= 8 query rows of a GQA group), per block of <= 64 keys of a page:
+//   scores  C[16 keys x (3R columns)] = K[16 keys x 32 coords] * Qparts[32 coords x 3R], per 32 coordinates;
+//           column p*R + r holds part p of row r; the three part columns are summed after a 16x16 transpose.
+//           BF16 keys are loaded from the page as a tile; FP8 and TQ3 keys are expanded into an L1 scratch tile.
+//   softmax base-2 online softmax in fp32 (ref: FlashAttention-2, Sec. 3.1), weights times the value scale.
+//   values  O[(3R rows) x 16 coords] += Pparts[3R x 32 keys] * V[32 keys x 16 coords]; V is written to an L1
+//           scratch tile in the VNNI pair layout (keys 2i, 2i+1 interleaved per coordinate: unpacklo/hi_epi16
+//           of two expanded keys), rows p*R + r summed into the fp32 accumulators after each block.
+// Lane orders: expansions may permute coordinates inside a step (FP8 byte unpacks, the VNNI interleave); the
+// query tiles use the key order, and the accumulators are un-permuted once at the end.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "minimakv/scalar_formats.h"
+#include "minimakv/tq3_codec.h"
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// GCC 12's intrinsic headers build some results from undefined vectors, which -Wuninitialized flags at every
+// inlined use (a header false positive, see cpu_kernels_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#define MINIMAKV_AMX_TARGET                                                                                      \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,amx-tile,amx-bf16")))
+
+namespace minimakv::cpu {
+namespace {
+
+constexpr int kLanes = 16;           // fp32 lanes of a zmm register
+constexpr int kTileRows = 16;        // rows of every tile we configure
+constexpr int kTileRowBytes = 64;    // bytes per tile row (the maximum)
+constexpr int kTileBf16 = 32;        // bf16 per tile row: the K of one TDPBF16PS
+constexpr int kTileCols = 16;        // fp32 columns of a C tile
+constexpr int kBlockKeys = 64;       // keys scored before one softmax pass
+constexpr int kKeyTile = 16;         // keys per score tile (C rows)
+constexpr int kValueKeys = 32;       // keys per value product (the K of one TDPBF16PS)
+constexpr int kMaxHeadDim = 256;
+constexpr int kQueryParts = 3;       // bf16 parts of an fp32 query coordinate or softmax weight
+constexpr int kMaxColumns = 2 * kTileCols;  // kQueryParts * kMaxTaskRows = 24 fits two C tiles
+constexpr int kFp8TableEntries = 128;
+constexpr int kTq3Indices = 8;
+
+// mu for TQ3 (fp32 bits 0x3f6facad = 0.936228573): see the file comment.
+constexpr uint32_t kTq3MuBits = 0x3f6facadu;
+
+// Taylor coefficients of 2^f (see cpu_kernels_avx512.cpp): relative error ~5e-9 on |f| <= 0.5.
+constexpr float kExp2Taylor[8] = {1.0f,
+                                  0.6931471805599453f,
+                                  0.2402265069591007f,
+                                  0.05550410866482158f,
+                                  0.009618129107628477f,
+                                  0.0013333558146428443f,
+                                  0.00015403530393381608f,
+                                  1.525273380405984e-05f};
+constexpr float kExp2MinInput = -160.0f;
+
+// LDTILECFG operand (SDM vol. 1, 18.2): palette 1, then bytes per row of tiles 0..15, then rows.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+MINIMAKV_AMX_TARGET inline __m512 Exp2(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(kExp2MinInput));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 poly = _mm512_set1_ps(kExp2Taylor[7]);
+  for (int k = 6; k >= 0; --k) poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(kExp2Taylor[k]));
+  return _mm512_scalef_ps(poly, n);
+}
+
+constexpr size_t kCacheLineBytes = 64;
+MINIMAKV_AMX_TARGET inline void PrefetchL2(const uint8_t* p, size_t bytes) {
+  for (size_t offset = 0; offset < bytes; offset += kCacheLineBytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
+  }
+}
+
+// A 32-bit lane mask loaded straight from memory (a load-port uop; see LoadMask16 in the AVX-512 kernels).
+MINIMAKV_AMX_TARGET inline __mmask32 LoadMask32(const uint8_t* p) {
+  __mmask32 mask;
+  asm("kmovd %1, %0" : "=k"(mask) : "m"(*reinterpret_cast<const uint32_t*>(p)));
+  return mask;
+}
+
+// The upper 16 bits of every fp32 lane of a (lanes 0..15) and b (lanes 16..31): exact bf16 when the values
+// are bf16-representable.
+MINIMAKV_AMX_TARGET inline __m512i PackUpperHalves(__m512 a, __m512 b) {
+  const __m512i odd_words = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+                                             27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_permutex2var_epi16(_mm512_castps_si512(a), odd_words, _mm512_castps_si512(b));
+}
+
+// x = hi + mid + lo exactly, each part bf16-representable (truncation keeps every remainder exact).
+MINIMAKV_AMX_TARGET inline void SplitThree(__m512 x, __m512 (&parts)[kQueryParts]) {
+  const __m512i upper = _mm512_set1_epi32(int(0xFFFF0000u));
+  parts[0] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), upper));
+  const __m512 rest = _mm512_sub_ps(x, parts[0]);
+  parts[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), upper));
+  parts[2] = _mm512_sub_ps(rest, parts[1]);
+}
+
+// 16x16 fp32 transpose: out[c] lane k = in[k] lane c.
+MINIMAKV_AMX_TARGET inline void Transpose16(const __m512 (&in)[16], __m512 (&out)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(in[2 * i], in[2 * i + 1]);
+  }
+  __m512 u[16];  // u[4i + k], 128-bit lane L: rows 4i..4i+3 of column 4L + k
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), e = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0);
+  constexpr int kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  for (int k = 0; k < 4; ++k) {
+    const __m512 x = _mm512_shuffle_f32x4(u[k], u[4 + k], kEven);       // lanes 0, 2 of rows 0-3, 4-7
+    const __m512 y = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], kEven);  // lanes 0, 2 of rows 8-11, 12-15
+    const __m512 x1 = _mm512_shuffle_f32x4(u[k], u[4 + k], kOdd);
+    const __m512 y1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], kOdd);
+    out[k] = _mm512_shuffle_f32x4(x, y, kEven);
+    out[8 + k] = _mm512_shuffle_f32x4(x, y, kOdd);
+    out[4 + k] = _mm512_shuffle_f32x4(x1, y1, kEven);
+    out[12 + k] = _mm512_shuffle_f32x4(x1, y1, kOdd);
+  }
+}
+
+// ---- codecs: Expand writes kZmm registers of 32 bf16 per part for one step of kStepCoords coordinates, in
+// the codec's expansion order; Coordinate(e) is the coordinate at expansion position e (0 <= e < head_dim).
+
+struct Bf16Amx {
+  static constexpr KvFormat kFormat = KvFormat::kBf16;
+  static constexpr int kParts = 1;
+  static constexpr int kZmm = 1;
+  static constexpr int kStepCoords = 32;
+  static int Coordinate(int e) { return e; }
+  struct State {};
+  MINIMAKV_AMX_TARGET static void Expand(const State&, const uint8_t* codes, int step, __m512i (&out)[kZmm][kParts]) {
+    out[0][0] = _mm512_loadu_si512(codes + 64 * step);
+  }
+};
+
+struct Fp8Amx {
+  static constexpr KvFormat kFormat = KvFormat::kFp8;
+  static constexpr int kParts = 1;
+  static constexpr int kZmm = 2;
+  static constexpr int kStepCoords = 64;
+  // Register z, word w (128-bit lane L = w / 8, k = w % 8) holds coordinate 16 L + 8 z + k of the step.
+  static int Coordinate(int e) {
+    const int base = e / 64 * 64;
+    const int z = (e % 64) / 32;
+    const int w = e % 32;
+    return base + 16 * (w / 8) + 8 * z + w % 8;
+  }
+  struct State {
+    // bf16 bits of each E4M3 magnitude (exact): high byte and low byte tables, two registers per table.
+    __m512i top_lo, top_hi, low_lo, low_hi;
+  };
+  MINIMAKV_AMX_TARGET static State MakeState() {
+    uint8_t top[kFp8TableEntries];
+    uint8_t low[kFp8TableEntries];
+    for (int code = 0; code < kFp8TableEntries; ++code) {
+      const uint32_t bits = FloatBits(E4m3ToFloat(uint8_t(code)));
+      top[code] = uint8_t(bits >> 24);
+      low[code] = uint8_t(bits >> 16);
+    }
+    State s;
+    s.top_lo = _mm512_loadu_si512(top);
+    s.top_hi = _mm512_loadu_si512(top + 64);
+    s.low_lo = _mm512_loadu_si512(low);
+    s.low_hi = _mm512_loadu_si512(low + 64);
+    return s;
+  }
+  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm][kParts]) {
+    const __m512i c = _mm512_loadu_si512(codes + 64 * step);
+    __m512i top = _mm512_permutex2var_epi8(s.top_lo, c, s.top_hi);  // bit 7 of the index is ignored
+    top = _mm512_ternarylogic_epi32(top, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // top | (c & 0x80): the sign
+    const __m512i low = _mm512_permutex2var_epi8(s.low_lo, c, s.low_hi);
+    out[0][0] = _mm512_unpacklo_epi8(low, top);
+    out[1][0] = _mm512_unpackhi_epi8(low, top);
+  }
+};
+
+struct Tq3Amx {
+  static constexpr KvFormat kFormat = KvFormat::kTq3;
+  static constexpr int kParts = 2;
+  static constexpr int kZmm = 1;
+  static constexpr int kStepCoords = 32;
+  static int Coordinate(int e) { return e; }
+  struct State {
+    __m512i hi_table, lo_table;  // bf16 parts of c[index] / mu, index = sign << 2 | magnitude (8 of 32 words)
+    __m512i one, two, four;
+  };
+  MINIMAKV_AMX_TARGET static State MakeState() {
+    alignas(64) uint16_t hi[kTileBf16] = {};
+    alignas(64) uint16_t lo[kTileBf16] = {};
+    Tq3AmxParts(hi, lo);
+    State s;
+    s.hi_table = _mm512_load_si512(hi);
+    s.lo_table = _mm512_load_si512(lo);
+    s.one = _mm512_set1_epi16(1);
+    s.two = _mm512_set1_epi16(2);
+    s.four = _mm512_set1_epi16(4);
+    return s;
+  }
+  // hi[i], lo[i]: bf16 bits with c[i] / mu = hi + lo (to bf16 rounding), for the 8 indices.
+  static void Tq3AmxParts(uint16_t* hi, uint16_t* lo) {
+    const double mu = double(FloatFromBits(kTq3MuBits));
+    for (int i = 0; i < kTq3Indices; ++i) {
+      const double x = double(Tq3Centroid(i)) / mu;
+      hi[i] = FloatToBf16(float(x));
+      lo[i] = FloatToBf16(float(x - double(Bf16ToFloat(hi[i]))));
+    }
+  }
+  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm][kParts]) {
+    const uint8_t* group = codes + 12 * step;  // three uint32 bit planes (tq3_codec.h)
+    __m512i index = _mm512_maskz_mov_epi16(LoadMask32(group), s.one);
+    index = _mm512_mask_add_epi16(index, LoadMask32(group + 4), index, s.two);
+    index = _mm512_mask_add_epi16(index, LoadMask32(group + 8), index, s.four);
+    out[0][0] = _mm512_permutexvar_epi16(index, s.hi_table);
+    out[0][1] = _mm512_permutexvar_epi16(index, s.lo_table);
+  }
+};
+
+template <typename Codec>
+MINIMAKV_AMX_TARGET typename Codec::State MakeCodecState() {
+  if constexpr (Codec::kFormat == KvFormat::kBf16) {
+    return {};
+  } else {
+    return Codec::MakeState();
+  }
+}
+
+template <typename Codec>
+MINIMAKV_AMX_TARGET void LoadScales(const uint8_t* stored, int n, float* scales) {
+  if constexpr (Codec::kFormat == KvFormat::kTq3) {
+    // fp16 scales times mu (one fp32 rounding), 16 at a time.
+    const __m512 mu = _mm512_set1_ps(FloatFromBits(kTq3MuBits));
+    for (int j = 0; j < n; j += kLanes) {
+      const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+      const __m256i h = _mm256_maskz_loadu_epi16(valid, stored + 2 * size_t(j));
+      _mm512_mask_storeu_ps(scales + j, valid, _mm512_mul_ps(_mm512_cvtph_ps(h), mu));
+    }
+  } else {
+    std::memcpy(scales, stored, sizeof(float) * size_t(n));
+  }
+}
+
+struct alignas(64) Workspace {
+  // Query parts as B tiles: [32-coordinate chunk][column block][row pair][32 bf16] (VNNI pairs).
+  uint16_t q_tiles[kMaxHeadDim / kTileBf16][2][kTileRows][kTileBf16];
+  // Expanded keys of one score tile: [part][key][expansion position].
+  uint16_t key_tiles[2][kKeyTile][kMaxHeadDim];
+  // Weight parts as A tiles: [32-key sub-block][row block][row p*R + r][key].
+  uint16_t p_tiles[kBlockKeys / kValueKeys][2][kTileRows][kTileBf16];
+  // Values of one 32-key sub-block and one step as B tiles: [part][16-coordinate chunk][key pair][32 bf16].
+  uint16_t v_tiles[2][4][kTileRows][kTileBf16];
+  float c_tiles[4][kTileRows][kTileCols];  // stored C tiles
+  float transposed[kMaxColumns][kTileCols];
+  float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, value position order
+  float scores[kMaxTaskRows][kBlockKeys];  // base-2 scores, then weights times the value scale
+  float key_scale[kBlockKeys];
+  float value_scale[kBlockKeys];
+  float running_max[kMaxTaskRows];
+  float running_sum[kMaxTaskRows];
+};
+
+// Value position e (accumulator order) -> expansion position, inside a step: register z, chunk half h, column n.
+template <typename Codec>
+int ValueExpansionPosition(int e) {
+  const int base = e / Codec::kStepCoords * Codec::kStepCoords;
+  const int within = e % Codec::kStepCoords;
+  const int z = within / 32;
+  const int h = (within % 32) / 16;
+  const int n = within % 16;
+  return base + 32 * z + 8 * (n / 4) + 4 * h + n % 4;
+}
+
+// Scores of keys [0, n) of a block: ws.scores[r][j] = q_r . k_j (not yet times the key scale).
+template <typename Codec, int ROWS>
+MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const uint8_t* keys, size_t key_bytes,
+                                    const uint8_t* values, int n, int head_dim, Workspace& ws) {
+  constexpr int kColumnBlocks = (kQueryParts * ROWS + kTileCols - 1) / kTileCols;
+  const int chunks = head_dim / kTileBf16;
+  const int steps = head_dim / Codec::kStepCoords;
+  const size_t row_stride = sizeof(uint16_t) * kMaxHeadDim;
+  for (int j0 = 0; j0 < n; j0 += kKeyTile) {
+    const int keys_here = std::min(kKeyTile, n - j0);
+    // This tile's values are read by the value pass next: start fetching them now.
+    PrefetchL2(values + size_t(j0) * key_bytes, size_t(keys_here) * key_bytes);
+    const uint8_t* a_base[2] = {reinterpret_cast<const uint8_t*>(ws.key_tiles[0]),
+                                reinterpret_cast<const uint8_t*>(ws.key_tiles[1])};
+    size_t a_stride = row_stride;
+    if (Codec::kFormat == KvFormat::kBf16 && keys_here == kKeyTile) {
+      a_base[0] = keys + size_t(j0) * key_bytes;  // BF16 rows are already A-tile rows
+      a_stride = key_bytes;
+    } else {
+      for (int k = 0; k < kKeyTile; ++k) {
+        if (k < keys_here) {
+          const uint8_t* key = keys + size_t(j0 + k) * key_bytes;
+          for (int s = 0; s < steps; ++s) {
+            __m512i x[Codec::kZmm][Codec::kParts];
+            Codec::Expand(state, key, s, x);
+            for (int z = 0; z < Codec::kZmm; ++z) {
+              for (int p = 0; p < Codec::kParts; ++p) {
+                _mm512_store_si512(&ws.key_tiles[p][k][s * Codec::kStepCoords + 32 * z], x[z][p]);
+              }
+            }
+          }
+        } else {
+          for (int p = 0; p < Codec::kParts; ++p) {
+            for (int e = 0; e < head_dim; e += kTileBf16) _mm512_store_si512(&ws.key_tiles[p][k][e], _mm512_setzero_si512());
+          }
+        }
+      }
+    }
+    _tile_zero(0);
+    if constexpr (kColumnBlocks == 2) _tile_zero(1);
+    for (int c = 0; c < chunks; ++c) {
+      const size_t offset = size_t(c) * kTileRowBytes;
+      _tile_loadd(2, a_base[0] + offset, long(a_stride));
+      if constexpr (Codec::kParts == 2) _tile_loadd(3, a_base[1] + offset, long(a_stride));
+      _tile_loadd(4, ws.q_tiles[c][0], kTileRowBytes);
+      _tile_dpbf16ps(0, 2, 4);
+      if constexpr (Codec::kParts == 2) _tile_dpbf16ps(0, 3, 4);
+      if constexpr (kColumnBlocks == 2) {
+        _tile_loadd(5, ws.q_tiles[c][1], kTileRowBytes);
+        _tile_dpbf16ps(1, 2, 5);
+        if constexpr (Codec::kParts == 2) _tile_dpbf16ps(1, 3, 5);
+      }
+    }
+    _tile_stored(0, ws.c_tiles[0], kTileCols * sizeof(float));
+    if constexpr (kColumnBlocks == 2) _tile_stored(1, ws.c_tiles[1], kTileCols * sizeof(float));
+    // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row.
+    for (int b = 0; b < kColumnBlocks; ++b) {
+      __m512 rows[16], cols[16];
+      for (int k = 0; k < 16; ++k) rows[k] = _mm512_load_ps(ws.c_tiles[b][k]);
+      Transpose16(rows, cols);
+      for (int c = 0; c < 16; ++c) _mm512_store_ps(ws.transposed[16 * b + c], cols[c]);
+    }
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(ws.transposed[2 * ROWS + r]),
+                                                   _mm512_load_ps(ws.transposed[ROWS + r])),
+                                     _mm512_load_ps(ws.transposed[r]));
+      _mm512_storeu_ps(&ws.scores[r][j0], s);  // j0 + 16 <= kBlockKeys; lanes past n are ignored
+    }
+  }
+}
+
+// Online-softmax update for one block (as in the AVX-512 kernels).
+template <int ROWS>
+MINIMAKV_AMX_TARGET void SoftmaxBlock(int n, int head_dim, bool has_scales, Workspace& ws) {
+  for (int r = 0; r < ROWS; ++r) {
+    float* s = ws.scores[r];
+    __m512 block_max = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += kLanes) {
+      const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+      __m512 x = _mm512_maskz_load_ps(valid, s + j);
+      if (has_scales) x = _mm512_mul_ps(x, _mm512_maskz_load_ps(valid, ws.key_scale + j));
+      _mm512_mask_store_ps(s + j, valid, x);
+      block_max = _mm512_mask_max_ps(block_max, valid, block_max, x);
+    }
+    const float new_max = std::fmax(ws.running_max[r], _mm512_reduce_max_ps(block_max));
+    const float rescale = std::exp2(ws.running_max[r] - new_max);  // 0 on the first block
+    ws.running_max[r] = new_max;
+    const __m512 max_v = _mm512_set1_ps(new_max);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += kLanes) {
+      const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+      const __m512 p = _mm512_maskz_mov_ps(valid, Exp2(_mm512_sub_ps(_mm512_maskz_load_ps(valid, s + j), max_v)));
+      sum = _mm512_add_ps(sum, p);
+      const __m512 weighted = has_scales ? _mm512_mul_ps(p, _mm512_maskz_load_ps(valid, ws.value_scale + j)) : p;
+      _mm512_mask_store_ps(s + j, valid, weighted);
+    }
+    ws.running_sum[r] = ws.running_sum[r] * rescale + _mm512_reduce_add_ps(sum);
+    if (rescale != 1.0f) {
+      const __m512 rescale_v = _mm512_set1_ps(rescale);
+      for (int i = 0; i < head_dim; i += kLanes) {
+        _mm512_store_ps(&ws.acc[r][i], _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][i]), rescale_v));
+      }
+    }
+  }
+}
+
+// Weights of keys [0, n) as A tiles: row p*R + r of sub-block sb holds part p of row r's weights (zero past n).
+template <int ROWS>
+MINIMAKV_AMX_TARGET void BuildWeightTiles(int n, Workspace& ws) {
+  for (int sb = 0; sb * kValueKeys < n; ++sb) {
+    for (int r = 0; r < ROWS; ++r) {
+      __m512 halves[2][kQueryParts];
+      for (int h = 0; h < 2; ++h) {
+        const int j = sb * kValueKeys + h * kLanes;
+        const int valid_keys = std::clamp(n - j, 0, kLanes);
+        const __mmask16 valid = __mmask16((1u << valid_keys) - 1);
+        SplitThree(_mm512_maskz_loadu_ps(valid, &ws.scores[r][std::min(j, kBlockKeys - kLanes)]), halves[h]);
+      }
+      for (int p = 0; p < kQueryParts; ++p) {
+        const int m = p * ROWS + r;
+        _mm512_store_si512(ws.p_tiles[sb][m / kTileRows][m % kTileRows], PackUpperHalves(halves[0][p], halves[1][p]));
+      }
+    }
+  }
+}
+
+// One value pass: coordinates of registers [Z0, Z0 + ZN) of step `step`, all keys of the block, rows in MB
+// row blocks. C tiles: 0, 1 (chunks of register Z0, row block 0), 2, 3 (the next register, or row block 1).
+template <typename Codec, int ROWS, int MB, int Z0, int ZN>
+MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
+                                   int n, int step, const uint8_t* next_keys, size_t next_key_bytes, Workspace& ws) {
+  static_assert(2 * ZN * MB <= 4, "four C tiles");
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (ZN * MB == 2) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  for (int sb = 0; sb * kValueKeys < n; ++sb) {
+    for (int i = 0; i < kTileRows; ++i) {
+      const int ka = sb * kValueKeys + 2 * i;
+      __m512i xa[Codec::kZmm][Codec::kParts];
+      __m512i xb[Codec::kZmm][Codec::kParts];
+      if (ka < n) {
+        Codec::Expand(state, values + size_t(ka) * value_bytes, step, xa);
+      } else {
+        for (auto& zs : xa) for (auto& x : zs) x = zero;
+      }
+      if (ka + 1 < n) {
+        Codec::Expand(state, values + size_t(ka + 1) * value_bytes, step, xb);
+      } else {
+        for (auto& zs : xb) for (auto& x : zs) x = zero;
+      }
+      for (int z = Z0; z < Z0 + ZN; ++z) {
+        for (int p = 0; p < Codec::kParts; ++p) {
+          _mm512_store_si512(ws.v_tiles[p][2 * (z - Z0)][i], _mm512_unpacklo_epi16(xa[z][p], xb[z][p]));
+          _mm512_store_si512(ws.v_tiles[p][2 * (z - Z0) + 1][i], _mm512_unpackhi_epi16(xa[z][p], xb[z][p]));
+        }
+      }
+    }
+    if (next_keys != nullptr && sb == 0) PrefetchL2(next_keys, next_key_bytes);
+    _tile_loadd(4, ws.p_tiles[sb][0], kTileRowBytes);
+    if constexpr (MB == 2) _tile_loadd(5, ws.p_tiles[sb][1], kTileRowBytes);
+    for (int p = 0; p < Codec::kParts; ++p) {
+      _tile_loadd(6, ws.v_tiles[p][0], kTileRowBytes);
+      _tile_loadd(7, ws.v_tiles[p][1], kTileRowBytes);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if constexpr (MB == 2) {
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      } else if constexpr (ZN == 2) {
+        _tile_loadd(6, ws.v_tiles[p][2], kTileRowBytes);
+        _tile_loadd(7, ws.v_tiles[p][3], kTileRowBytes);
+        _tile_dpbf16ps(2, 4, 6);
+        _tile_dpbf16ps(3, 4, 7);
+      }
+    }
+  }
+  _tile_stored(0, ws.c_tiles[0], kTileCols * sizeof(float));
+  _tile_stored(1, ws.c_tiles[1], kTileCols * sizeof(float));
+  if constexpr (ZN * MB == 2) {
+    _tile_stored(2, ws.c_tiles[2], kTileCols * sizeof(float));
+    _tile_stored(3, ws.c_tiles[3], kTileCols * sizeof(float));
+  }
+  // acc[r] += lo + mid + hi rows of each 16-coordinate chunk.
+  for (int chunk = 0; chunk < 2 * ZN; ++chunk) {
+    const int position = step * Codec::kStepCoords + 32 * Z0 + 16 * chunk;
+    for (int r = 0; r < ROWS; ++r) {
+      const float* part_rows[kQueryParts];
+      for (int p = 0; p < kQueryParts; ++p) {
+        const int m = p * ROWS + r;
+        const int tile = MB == 2 ? chunk + 2 * (m / kTileRows) : chunk;
+        part_rows[p] = ws.c_tiles[tile][m % kTileRows];
+      }
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(part_rows[2]), _mm512_load_ps(part_rows[1])),
+                                       _mm512_load_ps(part_rows[0]));
+      _mm512_store_ps(&ws.acc[r][position], _mm512_add_ps(_mm512_load_ps(&ws.acc[r][position]), sum));
+    }
+  }
+}
+
+template <typename Codec, int ROWS>
+MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
+                                    int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
+                                    Workspace& ws) {
+  constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
+  BuildWeightTiles<ROWS>(n, ws);
+  const int steps = head_dim / Codec::kStepCoords;
+  for (int step = 0; step < steps; ++step) {
+    const uint8_t* prefetch = step == 0 ? next_keys : nullptr;
+    if constexpr (Codec::kZmm == 1) {
+      ValuePass<Codec, ROWS, kRowBlocks, 0, 1>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
+    } else if constexpr (kRowBlocks == 1) {
+      ValuePass<Codec, ROWS, 1, 0, 2>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
+    } else {  // two row blocks and two registers per step: one pass per register (the step is expanded twice)
+      ValuePass<Codec, ROWS, 2, 0, 1>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
+      ValuePass<Codec, ROWS, 2, 1, 1>(state, values, value_bytes, n, step, nullptr, 0, ws);
+    }
+  }
+}
+
+template <typename Codec, int ROWS>
+MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
+  const PageLayout& layout = task.view->layout;
+  const int d = layout.head_dim;
+  Workspace ws;
+  // 1. Query parts as B tiles, in the keys' expansion order; unused columns zero.
+  std::memset(ws.q_tiles, 0, sizeof ws.q_tiles);
+  std::memset(ws.p_tiles, 0, sizeof ws.p_tiles);
+  float rotated[kMaxHeadDim];
+  for (int r = 0; r < ROWS; ++r) {
+    const float* q = task.q_rows[r];
+    if constexpr (Codec::kFormat == KvFormat::kTq3) {
+      task.rotation->Forward(q, rotated);
+      q = rotated;
+    }
+    for (int e = 0; e < d; ++e) {
+      const float x = q[Codec::Coordinate(e)] * task.score_scale_log2;
+      const float hi = FloatFromBits(FloatBits(x) & 0xFFFF0000u);
+      const float mid = FloatFromBits(FloatBits(x - hi) & 0xFFFF0000u);
+      const float lo = (x - hi) - mid;
+      const float parts[kQueryParts] = {hi, mid, lo};
+      for (int p = 0; p < kQueryParts; ++p) {
+        const int column = p * ROWS + r;
+        ws.q_tiles[e / kTileBf16][column / kTileCols][(e % kTileBf16) / 2][2 * (column % kTileCols) + e % 2] =
+            uint16_t(FloatBits(parts[p]) >> 16);
+      }
+    }
+    std::memset(ws.acc[r], 0, sizeof(float) * size_t(d));
+    ws.running_max[r] = -INFINITY;
+    ws.running_sum[r] = 0.0f;
+  }
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = kTileRowBytes;
+    config.rows[t] = kTileRows;
+  }
+  _tile_loadconfig(&config);
+  const typename Codec::State state = MakeCodecState<Codec>();
+  constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
+  const size_t code_bytes = layout.code_bytes();
+  // 2. Blocks of keys, page by page.
+  auto page_tokens = [&](int p) { return p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens; };
+  auto page_base = [&](int p) { return task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes(); };
+  for (int p = 0; p < task.num_pages; ++p) {
+    const uint8_t* page = page_base(p);
+    const int tokens = page_tokens(p);
+    for (int t0 = 0; t0 < tokens; t0 += kBlockKeys) {
+      const int n = std::min(kBlockKeys, tokens - t0);
+      const uint8_t* next_keys = nullptr;
+      int next_n = 0;
+      const uint8_t* next_page = page;
+      int next_t0 = t0 + kBlockKeys;
+      if (next_t0 < tokens) {
+        next_n = std::min(kBlockKeys, tokens - next_t0);
+      } else if (p + 1 < task.num_pages) {
+        next_page = page_base(p + 1);
+        next_t0 = 0;
+        next_n = std::min(kBlockKeys, page_tokens(p + 1));
+      }
+      if (next_n > 0) {
+        next_keys = next_page + layout.k_codes_offset(task.kv_head, next_t0);
+        if constexpr (kHasScales) {
+          PrefetchL2(next_page + layout.k_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
+          PrefetchL2(next_page + layout.v_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
+        }
+      }
+      if constexpr (kHasScales) {
+        LoadScales<Codec>(page + layout.k_scale_offset(task.kv_head, t0), n, ws.key_scale);
+        LoadScales<Codec>(page + layout.v_scale_offset(task.kv_head, t0), n, ws.value_scale);
+      }
+      const uint8_t* values = page + layout.v_codes_offset(task.kv_head, t0);
+      ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, values, n, d, ws);
+      SoftmaxBlock<ROWS>(n, d, kHasScales, ws);
+      ValueBlock<Codec, ROWS>(state, values, code_bytes, n, d, next_keys, size_t(next_n) * code_bytes, ws);
+    }
+  }
+  _tile_release();
+  // 3. Normalize, restore coordinate order, rotate TQ3 back.
+  for (int r = 0; r < ROWS; ++r) {
+    const float inv_sum = 1.0f / ws.running_sum[r];
+    float* out = Codec::kFormat == KvFormat::kTq3 ? rotated : task.out_rows[r];
+    for (int e = 0; e < d; ++e) out[Codec::Coordinate(ValueExpansionPosition<Codec>(e))] = ws.acc[r][e] * inv_sum;
+    if constexpr (Codec::kFormat == KvFormat::kTq3) task.rotation->Inverse(rotated, task.out_rows[r]);
+    *task.lse_rows[r] = ws.running_max[r] + std::log2(ws.running_sum[r]);
+  }
+}
+
+template <typename Codec>
+void AttendFormat(const KernelTask& task) {
+  switch (task.num_rows) {
+    case 1: return AttendTask<Codec, 1>(task);
+    case 2: return AttendTask<Codec, 2>(task);
+    case 3: return AttendTask<Codec, 3>(task);
+    case 4: return AttendTask<Codec, 4>(task);
+    case 5: return AttendTask<Codec, 5>(task);
+    case 6: return AttendTask<Codec, 6>(task);
+    case 7: return AttendTask<Codec, 7>(task);
+    default: return AttendTask<Codec, 8>(task);
+  }
+}
+
+// Linux keeps AMX tile data off until a process asks (ref: Documentation/arch/x86/xstate.rst).
+constexpr long kArchGetXcompPerm = 0x1022;
+constexpr long kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool RequestTilePermission() {
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned long features = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &features) != 0) return false;
+  return (features >> kXfeatureXtiledata) & 1u;
+}
+
+}  // namespace
+
+bool AmxUsable() {
+  static const bool usable = [] {
+    __builtin_cpu_init();
+    const bool cpu = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+                     __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                     __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma") &&
+                     __builtin_cpu_supports("f16c");
+    return cpu && RequestTilePermission();
+  }();
+  return usable;
+}
+
+void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu) {
+  Tq3Amx::Tq3AmxParts(hi, lo);
+  *mu = FloatFromBits(kTq3MuBits);
+}
+
+void AttendAmx(const KernelTask& task) {
+  if (task.num_pages == 0) {
+    WriteEmptyState(task, task.view->layout.head_dim);
+    return;
+  }
+  switch (task.view->layout.format) {
+    case KvFormat::kBf16: return AttendFormat<Bf16Amx>(task);
+    case KvFormat::kFp8: return AttendFormat<Fp8Amx>(task);
+    case KvFormat::kTq3: return AttendFormat<Tq3Amx>(task);
+  }
+}
+
+}  // namespace minimakv::cpu
+
+#else  // not x86-64 Linux: never selected (AmxUsable() is false); keep the symbols so the library links.
+
+namespace minimakv::cpu {
+bool AmxUsable() { return false; }
+void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu) {
+  for (int i = 0; i < 8; ++i) hi[i] = lo[i] = 0;
+  *mu = 0.0f;
+}
+void AttendAmx(const KernelTask& task) { AttendScalar(task); }
+}  // namespace minimakv::cpu
+
+#endif
