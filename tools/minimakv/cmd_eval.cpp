@@ -25,8 +25,30 @@
 namespace minimakv::cli {
 namespace {
 
-// Debian's base-files package ships this on every Debian/Ubuntu machine: ~35 KB of plain English.
-constexpr const char* kDefaultKldText = "/usr/share/common-licenses/GPL-3";
+// Debian's base-files package ships these on every Debian/Ubuntu machine: six license texts, ~130 KB of plain
+// English, about 28K tokens for SmolLM2's tokenizer: three windows of 8K tokens. They are read in this order and
+// joined by a blank line (scripts/llama_cpp_kv_reference.py reads the same list the same way).
+constexpr const char* kDefaultKldText =
+    "/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GPL-2,/usr/share/common-licenses/LGPL-2.1,"
+    "/usr/share/common-licenses/GFDL-1.3,/usr/share/common-licenses/MPL-2.0,/usr/share/common-licenses/Apache-2.0";
+
+// Reads the comma-separated files of `paths` and joins them with a blank line.
+Status ReadTextFiles(const std::string& paths, std::string* text) {
+  text->clear();
+  std::stringstream list(paths);
+  std::string path;
+  while (std::getline(list, path, ',')) {
+    if (path.empty()) continue;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Status::NotFound("cannot read --text file '" + path + "'");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    if (!text->empty()) *text += "\n\n";
+    *text += buffer.str();
+  }
+  if (text->empty()) return Status::InvalidArgument("--text '" + paths + "' names no readable text");
+  return Status::Ok();
+}
 
 Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model) {
   Status s = LlamaModel::Load(path, model);
@@ -51,6 +73,37 @@ Status MakeSessions(const LlamaModel* model, int max_tokens, int threads,
   return Status::Ok();
 }
 
+// The passkey seed of one grid case: distinct for every (context index, depth, seed).
+uint64_t NiahSeed(size_t context_index, int64_t depth_percent, int seed) {
+  return uint64_t(1000 * context_index) + uint64_t(100 * depth_percent) + uint64_t(seed);
+}
+
+Status DumpPasskeyCases(const Tokenizer& tok, const std::vector<int64_t>& contexts,
+                        const std::vector<int64_t>& depth_percents, int seeds, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return Status::NotFound("cannot write --dump-cases '" + path + "'");
+  for (size_t ci = 0; ci < contexts.size(); ++ci) {
+    for (int64_t depth : depth_percents) {
+      for (int seed = 0; seed < seeds; ++seed) {
+        PasskeyCase pc;
+        MINIMAKV_RETURN_IF_ERROR(BuildPasskeyCase(tok, contexts[ci], double(depth) / 100.0, NiahSeed(ci, depth, seed), &pc));
+        JsonValue ids = JsonValue::Array();
+        for (int32_t id : pc.prompt_ids) ids.Append(int64_t(id));
+        JsonValue o = JsonValue::Object();
+        o.Set("context", contexts[ci]);
+        o.Set("depth_percent", depth);
+        o.Set("seed", int64_t(seed));
+        o.Set("passkey", pc.passkey);
+        o.Set("prompt_ids", ids);
+        out << o.Dump() << "\n";
+      }
+    }
+  }
+  out.flush();
+  if (!out) return Status::ResourceExhausted("failed writing --dump-cases '" + path + "'");
+  return Status::Ok();
+}
+
 int RunNiah(const std::vector<std::string>& args) {
   const std::string command = "minimakv eval niah";
   std::string model_path = DefaultModelPath();
@@ -58,7 +111,7 @@ int RunNiah(const std::vector<std::string>& args) {
   std::vector<int64_t> depth_percents = {10, 20, 30, 40, 50, 60, 70, 80, 90};
   int seeds = 10, threads = 2, answer_tokens = 8;
   bool json = false;
-  std::string progress_flag = "auto";
+  std::string progress_flag = "auto", dump_cases_path;
   ArgParser parser(command,
                    "Passkey retrieval grid: for each context, depth and seed, one prompt prefilled once into a cache per\n"
                    "mode (bf16, fp8, tq3, minima); each mode decodes its answer greedily. Accuracy = the first digits of\n"
@@ -71,6 +124,10 @@ int RunNiah(const std::vector<std::string>& args) {
   parser.AddInt("threads", "CPU threads", &threads);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, context, accuracy, agreement_with_bf16, cases", &json);
+  parser.AddString("dump-cases", "PATH",
+                   "only write the grid's prompts as JSON lines (context, depth_percent, seed, passkey, prompt_ids) for\n"
+                   "another engine (scripts/llama_cpp_kv_reference.py --cases PATH), then exit",
+                   &dump_cases_path);
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
 
@@ -78,6 +135,10 @@ int RunNiah(const std::vector<std::string>& args) {
   Status s = LoadModel(model_path, &model);
   if (!s.ok()) return ReportError(command, s);
   const Tokenizer& tok = model->tokenizer();
+  if (!dump_cases_path.empty()) {
+    s = DumpPasskeyCases(tok, contexts, depth_percents, seeds, dump_cases_path);
+    return s.ok() ? kExitOk : ReportError(command, s);
+  }
   constexpr int kModes = int(std::size(kAllPagedKvModes));
   struct Tally {
     int cases = 0, correct = 0, agree = 0;
@@ -90,7 +151,7 @@ int RunNiah(const std::vector<std::string>& args) {
     for (int64_t depth : depth_percents) {
       for (int seed = 0; seed < seeds; ++seed) {
         PasskeyCase pc;
-        s = BuildPasskeyCase(tok, contexts[ci], double(depth) / 100.0, uint64_t(1000 * ci + 100 * depth + seed), &pc);
+        s = BuildPasskeyCase(tok, contexts[ci], double(depth) / 100.0, NiahSeed(ci, depth, seed), &pc);
         if (!s.ok()) return ReportError(command, s);
         std::vector<std::unique_ptr<InferenceSession>> sessions;
         s = MakeSessions(model.get(), int(pc.prompt_ids.size()) + answer_tokens + 1, threads, &sessions);
@@ -166,15 +227,16 @@ int RunKld(const std::vector<std::string>& args) {
   const std::string command = "minimakv eval kld";
   std::string model_path = DefaultModelPath();
   std::string text_path = kDefaultKldText;
-  int window = 8192, chunk = 256, max_windows = 1, threads = 2;
+  int window = 8192, chunk = 256, max_windows = 3, threads = 2;
   bool json = false;
   std::string progress_flag = "auto";
   ArgParser parser(command,
                    "KL divergence of each KV mode's next-token distributions against the bf16 control over windows of a\n"
                    "long English text, fed in chunks so that attention to earlier chunks reads each mode's cache.\n"
-                   "Default text: /usr/share/common-licenses/GPL-3 (Debian package base-files).");
+                   "Default text: six license texts of Debian's base-files package, /usr/share/common-licenses/{GPL-3,\n"
+                   "GPL-2,LGPL-2.1,GFDL-1.3,MPL-2.0,Apache-2.0}, about 28K tokens.");
   parser.AddString("model", "PATH", "GGUF model", &model_path);
-  parser.AddString("text", "PATH", "UTF-8 text file", &text_path);
+  parser.AddString("text", "PATHS", "UTF-8 text files, comma-separated, joined by a blank line", &text_path);
   parser.AddInt("window", "tokens per window (capped at the text length)", &window);
   parser.AddInt("chunk", "tokens per forward chunk", &chunk);
   parser.AddInt("windows", "windows at most", &max_windows);
@@ -185,16 +247,15 @@ int RunKld(const std::vector<std::string>& args) {
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
   if (window < 2 || chunk < 2) return ReportError(command, Status::InvalidArgument("--window and --chunk must be >= 2"));
 
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return ReportError(command, Status::NotFound("cannot read --text '" + text_path + "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  std::string text;
+  Status s = ReadTextFiles(text_path, &text);
+  if (!s.ok()) return ReportError(command, s);
   std::unique_ptr<LlamaModel> model;
-  Status s = LoadModel(model_path, &model);
+  s = LoadModel(model_path, &model);
   if (!s.ok()) return ReportError(command, s);
   const Tokenizer& tok = model->tokenizer();
   std::vector<int32_t> ids;
-  tok.Encode(buffer.str(), false, &ids);
+  tok.Encode(text, false, &ids);
   const int64_t win = std::min<int64_t>(window, int64_t(ids.size()));
   const int64_t windows = std::min<int64_t>(max_windows, int64_t(ids.size()) / win);
   const int vocab = model->config().vocab_size;
