@@ -76,7 +76,7 @@ struct InferenceSession::Impl {
   explicit Impl(int threads) : pool(threads) {}
   const LlamaModel* model = nullptr;
   ThreadPool pool;
-  std::vector<Q8Block> q8_scratch;
+  MatMulScratch q8_scratch;
   PromptAttentionScratch attention_scratch;
   // Dense mode: per layer [max_tokens][kv_heads * head_dim].
   std::vector<std::vector<float>> dense_k, dense_v;

@@ -1,6 +1,12 @@
 #include "runtime/quant_matmul.h"
 
+// GCC 12's intrinsic headers build some results from _mm512_undefined_*(), which -Wmaybe-uninitialized flags
+// at every inlined use (a header false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cmath>
@@ -165,7 +171,262 @@ __attribute__((target("avx2,fma,f16c"))) float DotF32Avx2(const float* a, const 
   return sum;
 }
 
+
+// ---- AVX-512 VNNI ----
+// The AVX2 path's arithmetic (which is llama.cpp's x86 vec_dot_q4_1_q8_1 / q4_0_q8_0 / q8_0_q8_0 arithmetic)
+// lane for lane, on 512-bit registers holding TWO weight rows: per 32-block, int32 lane i of a row is the
+// exact sum of the 4 products of elements 4i..4i+3 (vpdpbusd, unsigned weight codes x signed activation codes,
+// started from a per-lane bias that removes the weights' code offset), widened and accumulated with
+// fmadd(lanes, d_w * d_x, acc) in block order; each row's 8 lanes are summed as HorizontalSum does and Q4_1's
+// sum of m * s is added last, accumulated block by block in fp32 (16 rows per vector). So the VNNI results
+// equal the AVX2 path's bit for bit; a register tile is 4 row pairs x 4 tokens (16 accumulators), each
+// unpacked weight block serving 4 tokens and each activation block 8 rows.
+
+constexpr int kLanes = 16;                 // fp32 / int32 lanes of a zmm
+constexpr int kRowLanes = 8;               // lanes per weight row (a ymm half)
+constexpr int kVnniRowPairs = 4;           // row pairs per register tile
+constexpr int kVnniTokens = 4;             // tokens per register tile
+constexpr int kMinRowGroup = 16;           // rows per Q4_1 min-sum vector
+constexpr int kVnniTokenBlock = 64;        // tokens whose activations stay in L1/L2 per sweep over a row chunk
+constexpr int kQ8_0CodeOffset = 128;       // Q8_0 codes stored as code + 128 (unsigned)
+
+bool HasVnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Code offset the weights carry in the VNNI layout (their true value is stored - offset).
+int WeightCodeOffset(GgmlType type) {
+  return type == GgmlType::kQ4_0 ? kNibbleOffset : type == GgmlType::kQ8_0 ? kQ8_0CodeOffset : 0;
+}
+
+int64_t VnniBlockBytes(GgmlType type) { return type == GgmlType::kQ8_0 ? 2 * kQ8BlockElements : kQ8BlockElements; }
+
+void PackVnni(WeightMatrix* w) {
+  const int64_t blocks = w->cols / kQ8BlockElements;
+  const int64_t row_pairs = (w->rows + 1) / 2;
+  const int64_t pair_block_bytes = VnniBlockBytes(w->type);  // both rows of a pair, one block
+  w->vnni_blocks = blocks;
+  w->vnni_qs.assign(size_t(row_pairs * blocks * pair_block_bytes),
+                    w->type == GgmlType::kQ8_0 ? uint8_t(kQ8_0CodeOffset) : uint8_t(0));
+  w->vnni_scale.assign(size_t(row_pairs * blocks * 2), 0.0f);
+  if (w->type == GgmlType::kQ4_1) {
+    w->vnni_min.assign(size_t(RoundUp(w->rows, kMinRowGroup) * blocks), 0.0f);
+  } else {
+    w->vnni_min.clear();
+  }
+  for (int64_t r = 0; r < w->rows; ++r) {
+    const uint8_t* row = w->data + r * w->row_bytes;
+    const int64_t pair = r / 2, half = r % 2;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* dst = w->vnni_qs.data() + (pair * blocks + b) * pair_block_bytes + half * pair_block_bytes / 2;
+      float* scale = w->vnni_scale.data() + (pair * blocks + b) * 2 + half;
+      if (w->type == GgmlType::kQ8_0) {
+        const uint8_t* blk = row + b * kQ8_0Bytes;
+        *scale = Fp16ToFloat(LoadU16(blk));
+        for (int j = 0; j < kQ8BlockElements; ++j) dst[j] = uint8_t(int(int8_t(blk[2 + j])) + kQ8_0CodeOffset);
+      } else {
+        const bool q4_1 = w->type == GgmlType::kQ4_1;
+        const uint8_t* blk = row + b * (q4_1 ? kQ4_1Bytes : kQ4_0Bytes);
+        *scale = Fp16ToFloat(LoadU16(blk));
+        if (q4_1) {
+          w->vnni_min[size_t(((r / kMinRowGroup) * blocks + b) * kMinRowGroup + r % kMinRowGroup)] =
+              Fp16ToFloat(LoadU16(blk + 2));
+        }
+        std::memcpy(dst, blk + (q4_1 ? 4 : 2), kQ8BlockElements / 2);  // nibbles as stored
+      }
+    }
+  }
+}
+
+// One token's activations into the VNNI layout: the same codes, d and s as QuantizeQ8, plus per block the 8
+// int32 lane biases -offset * (sum of the lane's 4 codes).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void QuantizeVnniToken(
+    const float* x, int64_t blocks, int offset, int8_t* qs, float* d_out, int32_t* bias, float* s_out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* v = x + b * kQ8BlockElements;
+    const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + kLanes);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / kQ8MaxCode;
+    const float inv = amax != 0.0f ? kQ8MaxCode / amax : 0.0f;
+    // vcvtps2dq rounds with MXCSR's mode, nearest-even by default: the same codes as std::nearbyint.
+    const __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(inv)));
+    const __m512i c1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(inv)));
+    int8_t* q = qs + b * kQ8BlockElements;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(c0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + kLanes), _mm512_cvtepi32_epi8(c1));
+    d_out[b] = Fp16ToFloat(FloatToFp16(d));
+    if (s_out != nullptr) {
+      const int32_t code_sum = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
+      s_out[b] = Fp16ToFloat(FloatToFp16(d * float(code_sum)));
+    }
+    if (bias != nullptr) {
+      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+      const __m256i lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(int8_t(offset)), codes);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + b * kRowLanes), _mm256_sub_epi32(_mm256_setzero_si256(), lanes));
+    }
+  }
+}
+
+void QuantizeVnni(const float* x, int64_t tokens, int64_t cols, GgmlType type, ThreadPool* pool,
+                  MatMulScratch* sc) {
+  const int64_t blocks = cols / kQ8BlockElements;
+  sc->qs.resize(size_t(tokens * cols));
+  sc->d.resize(size_t(tokens * blocks));
+  const bool q4_1 = type == GgmlType::kQ4_1;
+  if (q4_1) {
+    sc->s.resize(size_t(tokens * blocks));
+  } else {
+    sc->bias_lanes.resize(size_t(tokens * blocks * kRowLanes));
+  }
+  const int offset = WeightCodeOffset(type);
+  pool->ParallelFor(tokens, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      QuantizeVnniToken(x + t * cols, blocks, offset, sc->qs.data() + t * cols, sc->d.data() + t * blocks,
+                        q4_1 ? nullptr : sc->bias_lanes.data() + t * blocks * kRowLanes,
+                        q4_1 ? sc->s.data() + t * blocks : nullptr);
+    }
+  });
+}
+
+__attribute__((target("avx512f,avx512dq"), always_inline)) inline float HorizontalSum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Row pairs [pair0, pair0 + kPairs) x tokens [t0, t0 + kTokens): out[t][r] = lanes + out[t][r] (which holds
+// the Q4_1 min sum, else 0).
+template <GgmlType kType, int kPairs, int kTokens>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void VnniTile(const WeightMatrix& w,
+                                                                                       int64_t pair0,
+                                                                                       const MatMulScratch& a,
+                                                                                       int64_t t0, float* out) {
+  const int64_t blocks = w.vnni_blocks, cols = w.cols;
+  constexpr bool kQ4 = kType != GgmlType::kQ8_0;
+  constexpr int64_t kBlockBytes = kQ4 ? kQ8BlockElements : 2 * kQ8BlockElements;
+  const __m512i nibble_mask = _mm512_set1_epi8(0x0F);
+  // 128-bit lanes [row0 nibbles, row0 nibbles, row1 nibbles, row1 nibbles], the 2nd and 4th shifted by 4:
+  // [row0 elements 0-15, 16-31, row1 elements 0-15, 16-31].
+  const __m512i nibble_spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+  const __m512i scale_index = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc[kPairs][kTokens];
+  for (int p = 0; p < kPairs; ++p) {
+    for (int t = 0; t < kTokens; ++t) acc[p][t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i wq[kPairs];
+    __m512 wd[kPairs];
+    for (int p = 0; p < kPairs; ++p) {
+      const int64_t pb = (pair0 + p) * blocks + b;
+      const uint8_t* src = w.vnni_qs.data() + pb * kBlockBytes;
+      if constexpr (kQ4) {
+        const __m512i packed = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+        wq[p] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(nibble_spread, packed), nibble_shift),
+                                 nibble_mask);
+      } else {
+        wq[p] = _mm512_loadu_si512(src);
+      }
+      double two_scales;
+      std::memcpy(&two_scales, w.vnni_scale.data() + pb * 2, sizeof(two_scales));
+      wd[p] = _mm512_permutexvar_ps(scale_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_set_sd(two_scales))));
+    }
+    for (int t = 0; t < kTokens; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m512i y = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs.data() + (t0 + t) * cols + b * kQ8BlockElements)));
+      const __m512 yd = _mm512_set1_ps(a.d[size_t(tb)]);
+      __m512i bias = _mm512_setzero_si512();
+      if constexpr (kType != GgmlType::kQ4_1) {
+        bias = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bias_lanes.data() + tb * kRowLanes)));
+      }
+      for (int p = 0; p < kPairs; ++p) {
+        const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[p], y);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), _mm512_mul_ps(wd[p], yd), acc[p][t]);
+      }
+    }
+  }
+  for (int p = 0; p < kPairs; ++p) {
+    const int64_t r = (pair0 + p) * 2;
+    for (int t = 0; t < kTokens; ++t) {
+      float* o = out + (t0 + t) * w.rows + r;
+      o[0] = HorizontalSum8(_mm512_castps512_ps256(acc[p][t])) + o[0];
+      if (r + 1 < w.rows) o[1] = HorizontalSum8(_mm512_extractf32x8_ps(acc[p][t], 1)) + o[1];
+    }
+  }
+}
+
+// out[t][r] = sum over blocks of m[r][b] * s[t][b], in block order (fp32, as the AVX2 path's min_sum).
+__attribute__((target("avx512f"))) void Q4_1MinSums(const WeightMatrix& w, int64_t r0, int64_t r1,
+                                                    const MatMulScratch& a, int64_t t0, int64_t t1, float* out) {
+  const int64_t blocks = w.vnni_blocks;
+  for (int64_t g = r0 / kMinRowGroup; g * kMinRowGroup < r1; ++g) {
+    const float* m = w.vnni_min.data() + g * blocks * kMinRowGroup;
+    const int64_t rows_here = std::min<int64_t>(kMinRowGroup, w.rows - g * kMinRowGroup);
+    const __mmask16 keep = __mmask16((1u << rows_here) - 1u);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* s = a.s.data() + t * blocks;
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t b = 0; b < blocks; ++b) {
+        sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_loadu_ps(m + b * kMinRowGroup), _mm512_set1_ps(s[b])));
+      }
+      _mm512_mask_storeu_ps(out + t * w.rows + g * kMinRowGroup, keep, sum);
+    }
+  }
+}
+
+template <GgmlType kType, int kPairs>
+void VnniTokens(const WeightMatrix& w, int64_t pair0, const MatMulScratch& a, int64_t t0, int64_t t1, float* out) {
+  int64_t t = t0;
+  for (; t + kVnniTokens <= t1; t += kVnniTokens) VnniTile<kType, kPairs, kVnniTokens>(w, pair0, a, t, out);
+  switch (t1 - t) {
+    case 3: VnniTile<kType, kPairs, 3>(w, pair0, a, t, out); break;
+    case 2: VnniTile<kType, kPairs, 2>(w, pair0, a, t, out); break;
+    case 1: VnniTile<kType, kPairs, 1>(w, pair0, a, t, out); break;
+    default: break;
+  }
+}
+
+// Rows [r0, r1): r0 a multiple of kMinRowGroup, r1 too or the last row.
+template <GgmlType kType>
+void VnniRows(const WeightMatrix& w, int64_t r0, int64_t r1, const MatMulScratch& a, int64_t tokens, float* out) {
+  const int64_t pair_begin = r0 / 2, pair_end = (r1 + 1) / 2;
+  for (int64_t tb = 0; tb < tokens; tb += kVnniTokenBlock) {
+    const int64_t te = std::min(tokens, tb + kVnniTokenBlock);
+    if constexpr (kType == GgmlType::kQ4_1) {
+      Q4_1MinSums(w, r0, r1, a, tb, te, out);
+    } else {
+      for (int64_t t = tb; t < te; ++t) std::fill(out + t * w.rows + r0, out + t * w.rows + r1, 0.0f);
+    }
+    int64_t p = pair_begin;
+    for (; p + kVnniRowPairs <= pair_end; p += kVnniRowPairs) VnniTokens<kType, kVnniRowPairs>(w, p, a, tb, te, out);
+    for (; p < pair_end; ++p) VnniTokens<kType, 1>(w, p, a, tb, te, out);
+  }
+}
+
+void MatMulVnni(const WeightMatrix& w, const float* x, int64_t tokens, float* out, ThreadPool* pool,
+                MatMulScratch* scratch) {
+  QuantizeVnni(x, tokens, w.cols, w.type, pool, scratch);
+  const MatMulScratch& a = *scratch;
+  pool->ParallelFor(w.rows, kMinRowGroup, [&](int64_t r0, int64_t r1) {
+    switch (w.type) {
+      case GgmlType::kQ4_0: VnniRows<GgmlType::kQ4_0>(w, r0, r1, a, tokens, out); break;
+      case GgmlType::kQ4_1: VnniRows<GgmlType::kQ4_1>(w, r0, r1, a, tokens, out); break;
+      default: VnniRows<GgmlType::kQ8_0>(w, r0, r1, a, tokens, out); break;
+    }
+  });
+}
+
 }  // namespace
+
+bool MatMulHasVnni() { return HasVnni(); }
 
 float DotF32(const float* a, const float* b, int64_t n) {
   if (HasAvx2()) return DotF32Avx2(a, b, n);
@@ -214,6 +475,7 @@ Status WeightMatrix::FromTensor(const GgufTensorInfo& tensor, WeightMatrix* out)
   if (tensor.type == GgmlType::kQ4_0 || tensor.type == GgmlType::kQ4_1 || tensor.type == GgmlType::kQ8_0) {
     out->type = tensor.type;
     out->data = tensor.data;
+    if (HasVnni() && out->cols % kQ8BlockElements == 0) PackVnni(out);
     return Status::Ok();
   }
   out->type = GgmlType::kF32;
@@ -230,8 +492,14 @@ void WeightMatrix::DequantizeRow(int64_t r, float* out) const {
 }
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, ThreadPool* pool,
-            std::vector<Q8Block>* scratch) {
+            MatMulScratch* matmul_scratch, MatMulPath path) {
   const int64_t rows = w.rows, cols = w.cols;
+  if (w.type != GgmlType::kF32 && w.vnni_blocks > 0 && path == MatMulPath::kAuto) {
+    MatMulVnni(w, x, tokens, out, pool, matmul_scratch);
+    return;
+  }
+  std::vector<Q8Block>* scratch = &matmul_scratch->q8;
+  const bool simd = path != MatMulPath::kScalar && HasAvx2();
   // Row tiles of this many weight rows are reused across every token while they sit in L1/L2.
   constexpr int64_t kRowTile = 16;
   if (w.type == GgmlType::kF32) {
@@ -252,7 +520,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, T
     for (int64_t rt = r0; rt < r1; rt += kRowTile) {
       const int64_t re = std::min(r1, rt + kRowTile);
       int64_t t = 0;
-      if (HasAvx2()) {
+      if (simd) {
         float group_out[kTokenGroup];
         for (; t + kTokenGroup <= tokens; t += kTokenGroup) {
           for (int64_t r = rt; r < re; ++r) {
@@ -263,7 +531,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, T
       }
       for (; t < tokens; ++t) {
         for (int64_t r = rt; r < re; ++r) {
-          out[t * rows + r] = DotQ8Row(w.type, w.data + r * w.row_bytes, q + t * blocks, blocks, false);
+          out[t * rows + r] = DotQ8Row(w.type, w.data + r * w.row_bytes, q + t * blocks, blocks, !simd);
         }
       }
     }

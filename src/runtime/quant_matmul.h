@@ -28,6 +28,10 @@ struct Q8Block {
 };
 
 // A weight matrix [rows][cols] (ggml dims[0] = cols).
+// On CPUs with AVX-512 VNNI, Q4_0/Q4_1/Q8_0 rows are also repacked at load (vnni_*) by pairs of rows:
+//   codes [row pair][block]: Q4_* 16 nibble bytes of each row as stored; Q8_0 32 codes + 128 (unsigned, as
+//         vpdpbusd multiplies unsigned x signed) of each row; an odd last row pairs with a zero row;
+//   scales fp32 [row pair][block][2]; Q4_1 mins fp32 [16-row group][block][16].
 struct WeightMatrix {
   std::string name;
   GgmlType type = GgmlType::kF32;  // kQ4_0, kQ4_1, kQ8_0 (in place) or kF32 (f32 owned)
@@ -36,6 +40,10 @@ struct WeightMatrix {
   const uint8_t* data = nullptr;  // quantized blocks, row-major, in the mapped file
   int64_t row_bytes = 0;
   std::vector<float> f32;         // [rows][cols] when type == kF32
+  int64_t vnni_blocks = 0;        // 32-blocks per row; 0: not repacked
+  std::vector<uint8_t> vnni_qs;
+  std::vector<float> vnni_scale;
+  std::vector<float> vnni_min;
 
   // Wraps a GGUF tensor of rank 2: keeps Q4_0/Q4_1/Q8_0 in place, widens any other type to fp32.
   static Status FromTensor(const GgufTensorInfo& tensor, WeightMatrix* out);
@@ -46,10 +54,25 @@ struct WeightMatrix {
 // Quantizes `count` activations (a multiple of 32) into count/32 blocks.
 void QuantizeQ8(const float* x, int64_t count, Q8Block* out);
 
+// Quantized activations, reused between MatMul calls.
+struct MatMulScratch {
+  std::vector<Q8Block> q8;  // AVX2 / scalar paths
+  // VNNI path: codes [tokens][cols], d [tokens][blocks], Q8_1 sums s [tokens][blocks] (Q4_1 weights) or
+  // int32 lane biases [tokens][blocks][8] (-offset * the sum of each lane's 4 codes: Q4_0, Q8_0 weights).
+  std::vector<int8_t> qs;
+  std::vector<float> d, s;
+  std::vector<int32_t> bias_lanes;
+};
+
+enum class MatMulPath { kAuto, kAvx2, kScalar };  // kAuto: AVX-512 VNNI when the weights were repacked
+
 // out[t][r] = sum_c w[r][c] * x[t][c] for t < tokens, r < rows.
-//   x [tokens][cols] fp32, out [tokens][rows]. `scratch` is reused between calls.
+//   x [tokens][cols] fp32, out [tokens][rows]. `scratch` is reused between calls. Every path gives the scalar
+//   reference's value up to fp32 summation order (the integer block dot products are exact).
 void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, ThreadPool* pool,
-            std::vector<Q8Block>* scratch);
+            MatMulScratch* scratch, MatMulPath path = MatMulPath::kAuto);
+// True when this CPU runs the AVX-512 VNNI path (and weights are repacked at load).
+bool MatMulHasVnni();
 
 // Dot product kernels, exposed for tests (scalar reference vs the SIMD path).
 float DotQ8Row(GgmlType type, const uint8_t* row, const Q8Block* x, int64_t blocks, bool force_scalar);
