@@ -135,21 +135,39 @@ void TransposeKeys(const PromptAttentionArgs& a, int64_t num_tiles, float* kt, T
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline void TileScores(
     const float* const q[kRowBlock], const float* kt_tile, int hd, float sm_scale, int64_t key_begin,
     const int64_t n_keys[kRowBlock], __m512 s[kRowBlock][kKeyVecs]) {
-  for (int i = 0; i < kRowBlock; ++i) {
-    for (int c = 0; c < kKeyVecs; ++c) s[i][c] = _mm512_setzero_ps();
-  }
+  // Sixteen named accumulators: GCC keeps an array parameter in memory across the loop.
+  __m512 s00 = _mm512_setzero_ps(), s01 = s00, s02 = s00, s03 = s00, s10 = s00, s11 = s00, s12 = s00, s13 = s00;
+  __m512 s20 = s00, s21 = s00, s22 = s00, s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+  const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
   for (int d = 0; d < hd; ++d) {
     const float* kd = kt_tile + d * kKeyTile;
     const __m512 k0 = _mm512_loadu_ps(kd), k1 = _mm512_loadu_ps(kd + 16), k2 = _mm512_loadu_ps(kd + 32),
                  k3 = _mm512_loadu_ps(kd + 48);
-    for (int i = 0; i < kRowBlock; ++i) {
-      const __m512 qd = _mm512_set1_ps(q[i][d]);
-      s[i][0] = _mm512_fmadd_ps(qd, k0, s[i][0]);
-      s[i][1] = _mm512_fmadd_ps(qd, k1, s[i][1]);
-      s[i][2] = _mm512_fmadd_ps(qd, k2, s[i][2]);
-      s[i][3] = _mm512_fmadd_ps(qd, k3, s[i][3]);
-    }
+    __m512 qd = _mm512_set1_ps(q0[d]);
+    s00 = _mm512_fmadd_ps(qd, k0, s00);
+    s01 = _mm512_fmadd_ps(qd, k1, s01);
+    s02 = _mm512_fmadd_ps(qd, k2, s02);
+    s03 = _mm512_fmadd_ps(qd, k3, s03);
+    qd = _mm512_set1_ps(q1[d]);
+    s10 = _mm512_fmadd_ps(qd, k0, s10);
+    s11 = _mm512_fmadd_ps(qd, k1, s11);
+    s12 = _mm512_fmadd_ps(qd, k2, s12);
+    s13 = _mm512_fmadd_ps(qd, k3, s13);
+    qd = _mm512_set1_ps(q2[d]);
+    s20 = _mm512_fmadd_ps(qd, k0, s20);
+    s21 = _mm512_fmadd_ps(qd, k1, s21);
+    s22 = _mm512_fmadd_ps(qd, k2, s22);
+    s23 = _mm512_fmadd_ps(qd, k3, s23);
+    qd = _mm512_set1_ps(q3[d]);
+    s30 = _mm512_fmadd_ps(qd, k0, s30);
+    s31 = _mm512_fmadd_ps(qd, k1, s31);
+    s32 = _mm512_fmadd_ps(qd, k2, s32);
+    s33 = _mm512_fmadd_ps(qd, k3, s33);
   }
+  s[0][0] = s00; s[0][1] = s01; s[0][2] = s02; s[0][3] = s03;
+  s[1][0] = s10; s[1][1] = s11; s[1][2] = s12; s[1][3] = s13;
+  s[2][0] = s20; s[2][1] = s21; s[2][2] = s22; s[2][3] = s23;
+  s[3][0] = s30; s[3][1] = s31; s[3][2] = s32; s[3][3] = s33;
   const __m512 scale = _mm512_set1_ps(sm_scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
