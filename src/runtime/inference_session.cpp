@@ -28,8 +28,9 @@ void RmsNorm(const float* x, const float* weight, int n, float eps, float* y) {
 }
 
 // "Normal" RoPE (llama.cpp rope type 0): rotates adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/dims),
-// the angle advanced by repeated multiplication in fp32 as ggml's rope cache does.
-void ApplyRope(float* x, int heads, int head_dim, int rope_dims, int64_t pos, float freq_base) {
+// the angle advanced by repeated multiplication in fp32 as ggml's rope cache does. NEOX RoPE (qwen2) rotates
+// the pairs (x[i], x[i + dims/2]) by the same angles (ggml rope_f32 with GGML_ROPE_TYPE_NEOX).
+void ApplyRope(float* x, int heads, int head_dim, int rope_dims, int64_t pos, float freq_base, bool neox) {
   const float theta_scale = std::pow(freq_base, -2.0f / float(rope_dims));
   float cos_sin[2 * 256];
   float theta = float(pos);
@@ -42,9 +43,10 @@ void ApplyRope(float* x, int heads, int head_dim, int rope_dims, int64_t pos, fl
     float* v = x + int64_t(h) * head_dim;
     for (int i = 0; i < rope_dims; i += 2) {
       const float c = cos_sin[i], s = cos_sin[i + 1];
-      const float x0 = v[i], x1 = v[i + 1];
-      v[i] = x0 * c - x1 * s;
-      v[i + 1] = x0 * s + x1 * c;
+      const int i0 = neox ? i / 2 : i, i1 = neox ? i / 2 + rope_dims / 2 : i + 1;
+      const float x0 = v[i0], x1 = v[i1];
+      v[i0] = x0 * c - x1 * s;
+      v[i1] = x0 * s + x1 * c;
     }
   }
 }
@@ -229,12 +231,21 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaModel::Layer& L = model.layer(l);
     for (int64_t t = 0; t < T; ++t) RmsNorm(im.x.data() + t * d, L.attn_norm.data(), d, c.rms_norm_eps, im.xn.data() + t * d);
-    MatMul(L.wq, im.xn.data(), T, im.q.data(), &im.pool, &im.q8_scratch);
-    MatMul(L.wk, im.xn.data(), T, im.k.data(), &im.pool, &im.q8_scratch);
-    MatMul(L.wv, im.xn.data(), T, im.v.data(), &im.pool, &im.q8_scratch);
+    {
+      const WeightMatrix* qkv[] = {&L.wq, &L.wk, &L.wv};
+      float* qkv_out[] = {im.q.data(), im.k.data(), im.v.data()};
+      MatMulGroup(qkv, im.xn.data(), T, qkv_out, &im.pool, &im.q8_scratch);
+    }
+    if (c.qkv_bias) {  // qwen2: q/k/v biases, added before RoPE as llama.cpp's build_qwen2
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < q_dim; ++i) im.q[size_t(t * q_dim + i)] += L.bq[size_t(i)];
+        for (int64_t i = 0; i < kv_dim; ++i) im.k[size_t(t * kv_dim + i)] += L.bk[size_t(i)];
+        for (int64_t i = 0; i < kv_dim; ++i) im.v[size_t(t * kv_dim + i)] += L.bv[size_t(i)];
+      }
+    }
     for (int64_t t = 0; t < T; ++t) {
-      ApplyRope(im.q.data() + t * q_dim, nq, hd, c.rope_dims, num_past_ + t, c.rope_freq_base);
-      ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, num_past_ + t, c.rope_freq_base);
+      ApplyRope(im.q.data() + t * q_dim, nq, hd, c.rope_dims, num_past_ + t, c.rope_freq_base, c.rope_neox);
+      ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, num_past_ + t, c.rope_freq_base, c.rope_neox);
     }
 
     for (InferenceSession* f : followers) MINIMAKV_RETURN_IF_ERROR(f->StoreFollowerKv(l, im.k.data(), im.v.data(), T));
@@ -319,8 +330,11 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
     MatMul(L.wo, im.attn.data(), T, im.proj.data(), &im.pool, &im.q8_scratch);
     for (int64_t i = 0; i < T * d; ++i) im.x[size_t(i)] += im.proj[size_t(i)];
     for (int64_t t = 0; t < T; ++t) RmsNorm(im.x.data() + t * d, L.ffn_norm.data(), d, c.rms_norm_eps, im.xn.data() + t * d);
-    MatMul(L.w_gate, im.xn.data(), T, im.gate.data(), &im.pool, &im.q8_scratch);
-    MatMul(L.w_up, im.xn.data(), T, im.up.data(), &im.pool, &im.q8_scratch);
+    {
+      const WeightMatrix* gate_up[] = {&L.w_gate, &L.w_up};
+      float* gate_up_out[] = {im.gate.data(), im.up.data()};
+      MatMulGroup(gate_up, im.xn.data(), T, gate_up_out, &im.pool, &im.q8_scratch);
+    }
     for (int64_t i = 0; i < T * c.ffn_dim; ++i) {
       const float g = im.gate[size_t(i)];
       im.gate[size_t(i)] = g / (1.0f + std::exp(-g)) * im.up[size_t(i)];  // SwiGLU: silu(gate) * up

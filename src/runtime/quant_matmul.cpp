@@ -411,15 +411,30 @@ void VnniRows(const WeightMatrix& w, int64_t r0, int64_t r1, const MatMulScratch
   }
 }
 
-void MatMulVnni(const WeightMatrix& w, const float* x, int64_t tokens, float* out, ThreadPool* pool,
-                MatMulScratch* scratch) {
-  QuantizeVnni(x, tokens, w.cols, w.type, pool, scratch);
+void VnniRowsOfType(const WeightMatrix& w, int64_t r0, int64_t r1, const MatMulScratch& a, int64_t tokens,
+                    float* out) {
+  switch (w.type) {
+    case GgmlType::kQ4_0: VnniRows<GgmlType::kQ4_0>(w, r0, r1, a, tokens, out); break;
+    case GgmlType::kQ4_1: VnniRows<GgmlType::kQ4_1>(w, r0, r1, a, tokens, out); break;
+    default: VnniRows<GgmlType::kQ8_0>(w, r0, r1, a, tokens, out); break;
+  }
+}
+
+// Several matrices of one type and width over the same activations: one quantization, and one parallel
+// region over their stacked rows (each matrix's rows start at a multiple of kMinRowGroup in the stack).
+void MatMulVnniGroup(std::span<const WeightMatrix* const> ws, const float* x, int64_t tokens,
+                     std::span<float* const> outs, ThreadPool* pool, MatMulScratch* scratch) {
+  QuantizeVnni(x, tokens, ws[0]->cols, ws[0]->type, pool, scratch);
   const MatMulScratch& a = *scratch;
-  pool->ParallelFor(w.rows, kMinRowGroup, [&](int64_t r0, int64_t r1) {
-    switch (w.type) {
-      case GgmlType::kQ4_0: VnniRows<GgmlType::kQ4_0>(w, r0, r1, a, tokens, out); break;
-      case GgmlType::kQ4_1: VnniRows<GgmlType::kQ4_1>(w, r0, r1, a, tokens, out); break;
-      default: VnniRows<GgmlType::kQ8_0>(w, r0, r1, a, tokens, out); break;
+  int64_t stacked_rows = 0;
+  for (const WeightMatrix* w : ws) stacked_rows += RoundUp(w->rows, kMinRowGroup);
+  pool->ParallelFor(stacked_rows, kMinRowGroup, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const WeightMatrix& w = *ws[i];
+      const int64_t lo = std::max(r0, base), hi = std::min(r1, base + w.rows);
+      if (lo < hi) VnniRowsOfType(w, lo - base, hi - base, a, tokens, outs[i]);
+      base += RoundUp(w.rows, kMinRowGroup);
     }
   });
 }
@@ -495,7 +510,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, T
             MatMulScratch* matmul_scratch, MatMulPath path) {
   const int64_t rows = w.rows, cols = w.cols;
   if (w.type != GgmlType::kF32 && w.vnni_blocks > 0 && path == MatMulPath::kAuto) {
-    MatMulVnni(w, x, tokens, out, pool, matmul_scratch);
+    const WeightMatrix* ws[1] = {&w};
+    float* outs[1] = {out};
+    MatMulVnniGroup(ws, x, tokens, outs, pool, matmul_scratch);
     return;
   }
   std::vector<Q8Block>* scratch = &matmul_scratch->q8;
@@ -536,6 +553,19 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, T
       }
     }
   });
+}
+
+void MatMulGroup(std::span<const WeightMatrix* const> ws, const float* x, int64_t tokens,
+                 std::span<float* const> outs, ThreadPool* pool, MatMulScratch* scratch) {
+  bool fused = !ws.empty() && ws.size() == outs.size();
+  for (const WeightMatrix* w : ws) {
+    fused = fused && w->vnni_blocks > 0 && w->type == ws[0]->type && w->cols == ws[0]->cols;
+  }
+  if (fused) {
+    MatMulVnniGroup(ws, x, tokens, outs, pool, scratch);
+    return;
+  }
+  for (size_t i = 0; i < ws.size() && i < outs.size(); ++i) MatMul(*ws[i], x, tokens, outs[i], pool, scratch);
 }
 
 }  // namespace minimakv

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ enum class MatMulPath { kAuto, kAvx2, kScalar };  // kAuto: AVX-512 VNNI when th
 //   reference's value up to fp32 summation order (the integer block dot products are exact).
 void MatMul(const WeightMatrix& w, const float* x, int64_t tokens, float* out, ThreadPool* pool,
             MatMulScratch* scratch, MatMulPath path = MatMulPath::kAuto);
+// MatMul of several matrices with the same input (wq/wk/wv, gate/up): on the VNNI path the activations are
+// quantized once and all rows run in one parallel region (a decode step has ~4 instead of ~7 per layer).
+// Same results as separate MatMul calls. outs[i] is [tokens][ws[i]->rows].
+void MatMulGroup(std::span<const WeightMatrix* const> ws, const float* x, int64_t tokens,
+                 std::span<float* const> outs, ThreadPool* pool, MatMulScratch* scratch);
 // True when this CPU runs the AVX-512 VNNI path (and weights are repacked at load).
 bool MatMulHasVnni();
 

@@ -99,5 +99,47 @@ TEST(QuantMatmul, VnniAndAvx2MatchScalarReference) {
   }
 }
 
+// A group (shared activations, one parallel region over stacked rows) equals separate MatMul calls exactly,
+// with row counts that are not multiples of the 16-row chunk grain.
+TEST(QuantMatmul, GroupEqualsSeparateCalls) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    const int64_t cols = 160;
+    const int64_t rows[] = {48, 21, 35};
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<WeightMatrix> ws(3);
+    for (int i = 0; i < 3; ++i) {
+      data.push_back(RandomMatrix(type, rows[i], cols, &rng));
+      GgufTensorInfo info;
+      info.name = "w" + std::to_string(i);
+      info.type = type;
+      info.dims = {cols, rows[i]};
+      info.num_elements = rows[i] * cols;
+      info.size_bytes = data.back().size();
+      info.data = data.back().data();
+      ASSERT_TRUE(WeightMatrix::FromTensor(info, &ws[size_t(i)]).ok());
+    }
+    for (int64_t tokens : {1, 6}) {
+      std::vector<float> x(size_t(tokens * cols));
+      for (float& v : x) v = dist(rng);
+      ThreadPool pool(2);
+      MatMulScratch scratch;
+      std::vector<std::vector<float>> separate(3), grouped(3);
+      const WeightMatrix* group[3];
+      float* outs[3];
+      for (int i = 0; i < 3; ++i) {
+        separate[size_t(i)].resize(size_t(tokens * rows[i]));
+        grouped[size_t(i)].assign(size_t(tokens * rows[i]), NAN);
+        MatMul(ws[size_t(i)], x.data(), tokens, separate[size_t(i)].data(), &pool, &scratch);
+        group[i] = &ws[size_t(i)];
+        outs[i] = grouped[size_t(i)].data();
+      }
+      MatMulGroup(group, x.data(), tokens, outs, &pool, &scratch);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(grouped[size_t(i)], separate[size_t(i)]) << GgmlTypeName(type) << " " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace minimakv
