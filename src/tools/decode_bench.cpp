@@ -118,7 +118,16 @@ Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path
   return Status::Ok();
 }
 
-Status DecodeBenchCase::Step(int threads) {
+Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options) {
+  if (isa != "auto" && isa != "amx" && isa != "avx512" && isa != "scalar") {
+    return Status::InvalidArgument("isa '" + isa + "' is not one of auto, amx, avx512, scalar");
+  }
+  options->force_scalar = isa == "scalar";
+  options->allow_amx = isa == "auto" || isa == "amx";
+  return Status::Ok();
+}
+
+Status DecodeBenchCase::Step(int threads, const std::string& isa) {
   AttentionQueries queries;
   queries.q = q_.data();
   queries.q_indptr = q_indptr_.data();
@@ -126,6 +135,7 @@ Status DecodeBenchCase::Step(int threads) {
   queries.num_q_heads = shape_.q_heads;
   queries.sm_scale = float(1.0 / std::sqrt(double(shape_.head_dim)));
   CpuAttentionOptions options;
+  MINIMAKV_RETURN_IF_ERROR(BenchIsaOptions(isa, &options));
   options.num_threads = threads;
   return AttendMixedCpu(views_, queries, &rotation_, out_.data(), lse_.data(), options);
 }
@@ -141,6 +151,13 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
     if (t < 1) return Status::InvalidArgument("threads " + std::to_string(t) + " must be >= 1");
   }
   if (config.min_repeats < 1) return Status::InvalidArgument("min_repeats must be >= 1");
+  if (config.isas.empty()) return Status::InvalidArgument("bench needs at least one isa");
+  std::vector<std::string> isa_names;  // what each entry of config.isas runs
+  for (const std::string& isa : config.isas) {
+    CpuAttentionOptions options;
+    MINIMAKV_RETURN_IF_ERROR(BenchIsaOptions(isa, &options));
+    isa_names.push_back(CpuKernelIsa(options));
+  }
   std::vector<std::string> paths = {"bf16"};
   for (const std::string& p : config.paths) {
     if (p != "bf16" && std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
@@ -167,39 +184,51 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
       for (int threads : config.threads) {
         say("timing " + std::to_string(paths.size()) + " paths on " + std::to_string(threads) + " thread(s), " +
             std::to_string(context) + " tokens x " + std::to_string(batch));
-        for (auto& c : cases) MINIMAKV_RETURN_IF_ERROR(c->Step(threads));  // warm-up: page faults, thread start
-        std::vector<std::vector<double>> wall(paths.size()), cpu(paths.size());
+        const size_t isas = config.isas.size();
+        for (const std::string& isa : config.isas) {
+          for (auto& c : cases) MINIMAKV_RETURN_IF_ERROR(c->Step(threads, isa));  // warm-up: page faults, threads
+        }
+        // Timings of (isa k, path i) at index k * paths + i.
+        std::vector<std::vector<double>> wall(isas * paths.size()), cpu(isas * paths.size());
         double total = 0.0;
         while (int(wall[0].size()) < config.min_repeats || total < config.min_seconds) {
-          for (size_t i = 0; i < paths.size(); ++i) {
-            if (config.flush_caches) FlushCpuCaches();
-            const double cpu0 = ProcessCpuSeconds();
-            const auto t0 = std::chrono::steady_clock::now();
-            MINIMAKV_RETURN_IF_ERROR(cases[i]->Step(threads));
-            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            cpu[i].push_back((ProcessCpuSeconds() - cpu0) / threads);
-            wall[i].push_back(seconds);
-            total += seconds;
+          for (size_t k = 0; k < isas; ++k) {
+            for (size_t i = 0; i < paths.size(); ++i) {
+              if (config.flush_caches) FlushCpuCaches();
+              const double cpu0 = ProcessCpuSeconds();
+              const auto t0 = std::chrono::steady_clock::now();
+              MINIMAKV_RETURN_IF_ERROR(cases[i]->Step(threads, config.isas[k]));
+              const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              cpu[k * paths.size() + i].push_back((ProcessCpuSeconds() - cpu0) / threads);
+              wall[k * paths.size() + i].push_back(seconds);
+              total += seconds;
+            }
           }
         }
         const MachineFloors& f = floors[threads];
-        const double bf16_us = Median(wall[0]) * 1e6;  // paths[0] is bf16
-        for (size_t i = 0; i < paths.size(); ++i) {
-          DecodeBenchRow row;
-          row.shape = config.shape;
-          row.path = paths[i];
-          row.context = context;
-          row.batch = batch;
-          row.threads = threads;
-          row.us_per_step = Median(wall[i]) * 1e6;
-          row.cpu_us_per_step = Median(cpu[i]) * 1e6;
-          row.kv_bytes_read = cases[i]->kv_bytes_read();
-          row.gb_per_s = row.kv_bytes_read / (row.us_per_step * 1e-6) / 1e9;
-          row.floor_memory_us = row.kv_bytes_read / f.read_bytes_per_s * 1e6;
-          row.floor_compute_us = cases[i]->multiply_adds() / f.fma_macs_per_s * 1e6;
-          row.ratio_to_floor = row.us_per_step / std::max(row.floor_memory_us, row.floor_compute_us);
-          row.speedup_vs_bf16 = bf16_us / row.us_per_step;
-          rows->push_back(row);
+        for (size_t k = 0; k < isas; ++k) {
+          const double bf16_us = Median(wall[k * paths.size()]) * 1e6;  // paths[0] is bf16
+          const bool amx = isa_names[k] == "amx" && f.amx_bf16_macs_per_s > 0.0;
+          for (size_t i = 0; i < paths.size(); ++i) {
+            const size_t index = k * paths.size() + i;
+            DecodeBenchRow row;
+            row.shape = config.shape;
+            row.path = paths[i];
+            row.isa = isa_names[k];
+            row.context = context;
+            row.batch = batch;
+            row.threads = threads;
+            row.us_per_step = Median(wall[index]) * 1e6;
+            row.cpu_us_per_step = Median(cpu[index]) * 1e6;
+            row.kv_bytes_read = cases[i]->kv_bytes_read();
+            row.gb_per_s = row.kv_bytes_read / (row.us_per_step * 1e-6) / 1e9;
+            row.floor_memory_us = row.kv_bytes_read / f.read_bytes_per_s * 1e6;
+            row.floor_compute_us =
+                cases[i]->multiply_adds() / (amx ? f.amx_bf16_macs_per_s : f.fma_macs_per_s) * 1e6;
+            row.ratio_to_floor = row.us_per_step / std::max(row.floor_memory_us, row.floor_compute_us);
+            row.speedup_vs_bf16 = bf16_us / row.us_per_step;
+            rows->push_back(row);
+          }
         }
       }
     }

@@ -34,20 +34,25 @@ struct DecodeBenchConfig {
   uint64_t seed = 1;
   bool flush_caches = true;                        // evict the KV from the caches before each timed step
   std::vector<std::string> paths = {"bf16", "fp8", "tq3", "minima"};  // bf16 always runs (the baseline)
+  // Kernel families to time, each with its own bf16 baseline, interleaved in the same rounds: "auto" (the best
+  // this machine runs), "avx512" (AMX off), "scalar".
+  std::vector<std::string> isas = {"auto"};
   size_t floor_buffer_bytes = size_t(1) << 30;     // buffer for the bandwidth floor (>> a 300 MiB L3)
 };
 
 struct DecodeBenchRow {
   std::string shape, path;  // path: bf16|fp8|tq3|minima
+  std::string isa;          // kernel family that ran: amx|avx512|scalar
   int64_t context = 0;
   int batch = 0;
   int threads = 0;
   double us_per_step = 0.0;       // median wall time of one decode step
   double kv_bytes_read = 0.0;     // K and V payload (codes + scales) the step reads
   double gb_per_s = 0.0;          // kv_bytes_read / us_per_step
-  double speedup_vs_bf16 = 0.0;   // bf16 us_per_step / this path's, same context, batch, threads
+  double speedup_vs_bf16 = 0.0;   // bf16 us_per_step / this path's, same context, batch, threads, isa
   double floor_memory_us = 0.0;   // kv_bytes_read / measured read bandwidth at `threads`
-  double floor_compute_us = 0.0;  // multiply-adds (QK and PV) / measured fp32 FMA peak at `threads`
+  double floor_compute_us = 0.0;  // multiply-adds (QK and PV) / measured peak at `threads`: fp32 FMA, or
+                                  // AMX bf16 (TDPBF16PS) for isa amx
   double ratio_to_floor = 0.0;    // us_per_step / max(floor_memory_us, floor_compute_us)
   double cpu_us_per_step = 0.0;   // median process CPU time per step / threads: the step time the kernel
                                   // would take with the cores to itself (robust to other load on the machine)
@@ -68,8 +73,8 @@ class DecodeBenchCase {
  public:
   static Status Create(const DecodeShape& shape, const std::string& path, int64_t context, int batch,
                        const DecodeBenchConfig& config, std::unique_ptr<DecodeBenchCase>* out);
-  // One decode step on `threads` threads.
-  Status Step(int threads);
+  // One decode step on `threads` threads (kernel family capped by `isa`: auto, avx512 or scalar).
+  Status Step(int threads, const std::string& isa = "auto");
   double kv_bytes_read() const { return kv_bytes_read_; }
   double multiply_adds() const { return multiply_adds_; }
 
@@ -87,6 +92,9 @@ class DecodeBenchCase {
 
 // Reads a buffer twice the last-level cache so data read before is no longer cached.
 void FlushCpuCaches();
+
+// The attention options that run kernel family `isa` ("auto", "amx", "avx512", "scalar"); InvalidArgument else.
+Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options);
 
 Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(const std::string&)>& progress,
                       std::vector<DecodeBenchRow>* rows);

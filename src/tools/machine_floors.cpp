@@ -23,6 +23,7 @@
 #pragma GCC diagnostic pop
 #define MINIMAKV_FLOORS_X86 1
 #define MINIMAKV_FLOORS_AVX512 __attribute__((target("avx512f")))
+#define MINIMAKV_FLOORS_AMX __attribute__((target("amx-tile,amx-bf16")))
 #endif
 
 namespace minimakv {
@@ -83,6 +84,47 @@ MINIMAKV_FLOORS_AVX512 float FmaLoopAvx512(int64_t iterations) {
   __m512 sum = acc[0];
   for (int k = 1; k < kFmaChains; ++k) sum = _mm512_add_ps(sum, acc[k]);
   return _mm512_reduce_add_ps(sum);
+}
+
+// AMX bf16 peak: kAmxChains independent C tiles (TDPBF16PS latency is several times its issue interval), each
+// step C[16x16] += A[16x32] * B[32x16], 8192 multiply-adds. Operands are zero: the tile unit's timing does not
+// depend on values.
+constexpr int kAmxChains = 4;
+constexpr double kAmxMacsPerInstruction = 16.0 * 16.0 * 32.0;
+struct alignas(64) AmxFloorConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// LDTILECFG through our own asm: GCC 12's _tile_loadconfig declares only a pointer-sized memory operand, so the
+// compiler may drop the stores that fill the rest of the 64-byte configuration (seen here: only the palette
+// byte was stored before the ldtilecfg, which then faulted).
+MINIMAKV_FLOORS_AMX inline void LoadTileConfig(const AmxFloorConfig& config) { asm volatile("ldtilecfg %0" : : "m"(config)); }
+
+MINIMAKV_FLOORS_AMX void AmxLoop(int64_t iterations) {
+  AmxFloorConfig config;
+  for (int t = 0; t < 6; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = 16;
+  }
+  alignas(64) static const uint8_t zeros[16 * 64] = {};
+  LoadTileConfig(config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  for (int64_t i = 0; i < iterations; ++i) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_release();
 }
 #endif
 
@@ -166,6 +208,27 @@ Status MeasureMachineFloors(int threads, size_t buffer_bytes, MachineFloors* flo
   floors->read_bytes_per_s = double(buffer_bytes) / Median(read_seconds);
   floors->fma_macs_per_s = Median(fma_rates);
   floors->fma_isa = avx512 ? "avx512" : "scalar";
+  floors->amx_bf16_macs_per_s = 0.0;
+#if defined(MINIMAKV_FLOORS_X86)
+  if (cpu::SelectIsa(cpu::CpuIsa::kAmx) == cpu::CpuIsa::kAmx) {
+    std::vector<double> amx_rates;
+    for (int r = 0; r < kRepeats; ++r) {
+      const double seconds = TimeOnThreads(threads, [&](int t) {
+        const double start = ThreadCpuSeconds();
+        int64_t done = 0;
+        do {
+          AmxLoop(kFmaChunkIterations);
+          done += kFmaChunkIterations;
+        } while (ThreadCpuSeconds() - start < kFmaSeconds);
+        iterations[size_t(t)] = done;
+      });
+      double macs = 0.0;
+      for (int64_t n : iterations) macs += double(n) * kAmxChains * kAmxMacsPerInstruction;
+      amx_rates.push_back(macs / seconds);
+    }
+    floors->amx_bf16_macs_per_s = Median(amx_rates);
+  }
+#endif
   // Keep the sinks observable so the loops are not optimized away.
   if (sink[0] == 0x5A5A5A5A5A5A5A5Aull && fma_sink[0] == -1.0f) return Status::Internal("impossible sink value");
   return Status::Ok();

@@ -28,6 +28,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "minimakv/scalar_formats.h"
@@ -87,6 +89,40 @@ struct alignas(64) TileConfig {
   uint16_t bytes_per_row[16] = {};
   uint8_t rows[16] = {};
 };
+
+// LDTILECFG through our own asm: GCC 12's _tile_loadconfig declares only a pointer-sized memory operand, so the
+// compiler may drop the stores that fill the rest of the 64-byte configuration (seen here: only the palette
+// byte was stored before the ldtilecfg, which then faulted).
+MINIMAKV_AMX_TARGET inline void LoadTileConfig(const TileConfig& config) { asm volatile("ldtilecfg %0" : : "m"(config)); }
+
+// Tile instructions through our own asm with the tile numbers as template arguments (loops over tiles unroll
+// at compile time). Unlike GCC 12's _tile_loadd, loads declare that they read memory ("memory" clobber), so the
+// compiler keeps the stores that fill a scratch tile before the load.
+template <int kTile>
+MINIMAKV_AMX_TARGET inline void TileLoad(const void* base, size_t stride_bytes) {
+  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(base), "r"(stride_bytes), "i"(kTile) : "memory");
+}
+template <int kTile>
+MINIMAKV_AMX_TARGET inline void TileStore(void* base, size_t stride_bytes) {
+  asm volatile("tilestored %%tmm%c2, (%0,%1,1)" : : "r"(base), "r"(stride_bytes), "i"(kTile) : "memory");
+}
+template <int kTile>
+MINIMAKV_AMX_TARGET inline void TileZero() {
+  asm volatile("tilezero %%tmm%c0" : : "i"(kTile));
+}
+// C += A * B (TDPBF16PS).
+template <int kC, int kA, int kB>
+MINIMAKV_AMX_TARGET inline void TileDot() {
+  asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
+}
+MINIMAKV_AMX_TARGET inline void TileRelease() { asm volatile("tilerelease" : : : "memory"); }
+
+// f(std::integral_constant<int, 0>{}), ..., f(std::integral_constant<int, N - 1>{}).
+template <int N, typename F>
+inline void Unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
 
 MINIMAKV_AMX_TARGET inline __m512 Exp2(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(kExp2MinInput));
@@ -347,23 +383,23 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
         }
       }
     }
-    _tile_zero(0);
-    if constexpr (kColumnBlocks == 2) _tile_zero(1);
+    TileZero<0>();
+    if constexpr (kColumnBlocks == 2) TileZero<1>();
     for (int c = 0; c < chunks; ++c) {
       const size_t offset = size_t(c) * kTileRowBytes;
-      _tile_loadd(2, a_base[0] + offset, long(a_stride));
-      if constexpr (Codec::kParts == 2) _tile_loadd(3, a_base[1] + offset, long(a_stride));
-      _tile_loadd(4, ws.q_tiles[c][0], kTileRowBytes);
-      _tile_dpbf16ps(0, 2, 4);
-      if constexpr (Codec::kParts == 2) _tile_dpbf16ps(0, 3, 4);
+      TileLoad<2>(a_base[0] + offset, a_stride);
+      if constexpr (Codec::kParts == 2) TileLoad<3>(a_base[1] + offset, a_stride);
+      TileLoad<4>(ws.q_tiles[c][0], kTileRowBytes);
+      TileDot<0, 2, 4>();
+      if constexpr (Codec::kParts == 2) TileDot<0, 3, 4>();
       if constexpr (kColumnBlocks == 2) {
-        _tile_loadd(5, ws.q_tiles[c][1], kTileRowBytes);
-        _tile_dpbf16ps(1, 2, 5);
-        if constexpr (Codec::kParts == 2) _tile_dpbf16ps(1, 3, 5);
+        TileLoad<5>(ws.q_tiles[c][1], kTileRowBytes);
+        TileDot<1, 2, 5>();
+        if constexpr (Codec::kParts == 2) TileDot<1, 3, 5>();
       }
     }
-    _tile_stored(0, ws.c_tiles[0], kTileCols * sizeof(float));
-    if constexpr (kColumnBlocks == 2) _tile_stored(1, ws.c_tiles[1], kTileCols * sizeof(float));
+    TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
+    if constexpr (kColumnBlocks == 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
     // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row.
     for (int b = 0; b < kColumnBlocks; ++b) {
       __m512 rows[16], cols[16];
@@ -441,11 +477,11 @@ template <typename Codec, int ROWS, int MB, int Z0, int ZN>
 MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
                                    int n, int step, const uint8_t* next_keys, size_t next_key_bytes, Workspace& ws) {
   static_assert(2 * ZN * MB <= 4, "four C tiles");
-  _tile_zero(0);
-  _tile_zero(1);
+  TileZero<0>();
+  TileZero<1>();
   if constexpr (ZN * MB == 2) {
-    _tile_zero(2);
-    _tile_zero(3);
+    TileZero<2>();
+    TileZero<3>();
   }
   const __m512i zero = _mm512_setzero_si512();
   for (int sb = 0; sb * kValueKeys < n; ++sb) {
@@ -471,29 +507,29 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
       }
     }
     if (next_keys != nullptr && sb == 0) PrefetchL2(next_keys, next_key_bytes);
-    _tile_loadd(4, ws.p_tiles[sb][0], kTileRowBytes);
-    if constexpr (MB == 2) _tile_loadd(5, ws.p_tiles[sb][1], kTileRowBytes);
+    TileLoad<4>(ws.p_tiles[sb][0], kTileRowBytes);
+    if constexpr (MB == 2) TileLoad<5>(ws.p_tiles[sb][1], kTileRowBytes);
     for (int p = 0; p < Codec::kParts; ++p) {
-      _tile_loadd(6, ws.v_tiles[p][0], kTileRowBytes);
-      _tile_loadd(7, ws.v_tiles[p][1], kTileRowBytes);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
+      TileLoad<6>(ws.v_tiles[p][0], kTileRowBytes);
+      TileLoad<7>(ws.v_tiles[p][1], kTileRowBytes);
+      TileDot<0, 4, 6>();
+      TileDot<1, 4, 7>();
       if constexpr (MB == 2) {
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        TileDot<2, 5, 6>();
+        TileDot<3, 5, 7>();
       } else if constexpr (ZN == 2) {
-        _tile_loadd(6, ws.v_tiles[p][2], kTileRowBytes);
-        _tile_loadd(7, ws.v_tiles[p][3], kTileRowBytes);
-        _tile_dpbf16ps(2, 4, 6);
-        _tile_dpbf16ps(3, 4, 7);
+        TileLoad<6>(ws.v_tiles[p][2], kTileRowBytes);
+        TileLoad<7>(ws.v_tiles[p][3], kTileRowBytes);
+        TileDot<2, 4, 6>();
+        TileDot<3, 4, 7>();
       }
     }
   }
-  _tile_stored(0, ws.c_tiles[0], kTileCols * sizeof(float));
-  _tile_stored(1, ws.c_tiles[1], kTileCols * sizeof(float));
+  TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
+  TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
   if constexpr (ZN * MB == 2) {
-    _tile_stored(2, ws.c_tiles[2], kTileCols * sizeof(float));
-    _tile_stored(3, ws.c_tiles[3], kTileCols * sizeof(float));
+    TileStore<2>(ws.c_tiles[2], kTileCols * sizeof(float));
+    TileStore<3>(ws.c_tiles[3], kTileCols * sizeof(float));
   }
   // acc[r] += lo + mid + hi rows of each 16-coordinate chunk.
   for (int chunk = 0; chunk < 2 * ZN; ++chunk) {
@@ -568,7 +604,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
     config.bytes_per_row[t] = kTileRowBytes;
     config.rows[t] = kTileRows;
   }
-  _tile_loadconfig(&config);
+  LoadTileConfig(config);
   const typename Codec::State state = MakeCodecState<Codec>();
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
@@ -608,7 +644,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
       ValueBlock<Codec, ROWS>(state, values, code_bytes, n, d, next_keys, size_t(next_n) * code_bytes, ws);
     }
   }
-  _tile_release();
+  TileRelease();
   // 3. Normalize, restore coordinate order, rotate TQ3 back.
   for (int r = 0; r < ROWS; ++r) {
     const float inv_sum = 1.0f / ws.running_sum[r];
