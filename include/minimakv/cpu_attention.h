@@ -14,20 +14,34 @@
 
 #include "minimakv/attention_batch.h"
 #include "minimakv/hadamard_rotation.h"
+#include "minimakv/kv_format.h"
 #include "minimakv/paged_kv_view.h"
 #include "minimakv/status.h"
 
 namespace minimakv {
 
-struct CpuAttentionOptions {
-  int num_threads = 1;        // worker threads for this call (the calling thread is one of them)
-  bool force_scalar = false;  // run the portable scalar kernels even where SIMD ones exist
-  bool allow_amx = true;      // false: AVX-512 at most, even where the AMX kernels could run
+// CPU kernel families. A family the CPU (or, for AMX, the OS) lacks falls back to the next one down:
+// amx -> avx512 -> scalar. The choice is made in one place, kernels/cpu/cpu_dispatch.cpp.
+enum class CpuKernelFamily : uint8_t {
+  kAuto,    // per format, the family measured fastest on this project's AMX machine: AMX for FP8 and TQ3,
+            // AVX-512 for BF16 (docs/BENCHMARKS.md); the environment variable MINIMAKV_CPU_ISA (auto | amx |
+            // avx512 | scalar) replaces kAuto for a whole process
+  kAmx,     // AMX for every format
+  kAvx512,  // AVX-512 for every format
+  kScalar,  // the portable scalar kernels (the reference)
 };
 
-// Name of the kernel family ComputePartialStatesCpu runs on this machine with these options ("amx", "avx512" or
-// "scalar"), decided in kernels/cpu/cpu_dispatch.cpp; the environment variable MINIMAKV_CPU_ISA (scalar |
-// avx512 | amx) caps it for the whole process.
+struct CpuAttentionOptions {
+  int num_threads = 1;        // worker threads for this call (the calling thread is one of them)
+  bool force_scalar = false;  // run the portable scalar kernels even where SIMD ones exist (= kScalar)
+  CpuKernelFamily family = CpuKernelFamily::kAuto;
+};
+
+// Name of the kernel family that runs for `format` on this machine with these options: "amx", "avx512" or
+// "scalar".
+const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format);
+// The same over all formats: one name when every format runs the same family, else "amx+avx512" (kAuto on an
+// AMX machine).
 const char* CpuKernelIsa(const CpuAttentionOptions& options);
 
 // Partial states of every query token of every sequence over the tokens of ONE format's view.

@@ -122,8 +122,10 @@ Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options) {
   if (isa != "auto" && isa != "amx" && isa != "avx512" && isa != "scalar") {
     return Status::InvalidArgument("isa '" + isa + "' is not one of auto, amx, avx512, scalar");
   }
-  options->force_scalar = isa == "scalar";
-  options->allow_amx = isa == "auto" || isa == "amx";
+  options->family = isa == "amx"      ? CpuKernelFamily::kAmx
+                    : isa == "avx512" ? CpuKernelFamily::kAvx512
+                    : isa == "scalar" ? CpuKernelFamily::kScalar
+                                      : CpuKernelFamily::kAuto;
   return Status::Ok();
 }
 
@@ -140,6 +142,19 @@ Status DecodeBenchCase::Step(int threads, const std::string& isa) {
   return AttendMixedCpu(views_, queries, &rotation_, out_.data(), lse_.data(), options);
 }
 
+namespace {
+
+// The kernel family a path runs: its formats' family, or "amx+avx512" when they differ.
+std::string PathIsa(const CpuAttentionOptions& options, const std::string& path) {
+  if (path == "bf16") return CpuKernelIsaFor(options, KvFormat::kBf16);
+  if (path == "fp8") return CpuKernelIsaFor(options, KvFormat::kFp8);
+  const std::string tq3 = CpuKernelIsaFor(options, KvFormat::kTq3);
+  if (path == "tq3" || tq3 == CpuKernelIsaFor(options, KvFormat::kFp8)) return tq3;
+  return "amx+avx512";
+}
+
+}  // namespace
+
 Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(const std::string&)>& progress,
                       std::vector<DecodeBenchRow>* rows) {
   DecodeShape shape;
@@ -152,11 +167,11 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
   }
   if (config.min_repeats < 1) return Status::InvalidArgument("min_repeats must be >= 1");
   if (config.isas.empty()) return Status::InvalidArgument("bench needs at least one isa");
-  std::vector<std::string> isa_names;  // what each entry of config.isas runs
+  std::vector<CpuAttentionOptions> isa_options;  // what each entry of config.isas asks for
   for (const std::string& isa : config.isas) {
     CpuAttentionOptions options;
     MINIMAKV_RETURN_IF_ERROR(BenchIsaOptions(isa, &options));
-    isa_names.push_back(CpuKernelIsa(options));
+    isa_options.push_back(options);
   }
   std::vector<std::string> paths = {"bf16"};
   for (const std::string& p : config.paths) {
@@ -208,13 +223,13 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
         const MachineFloors& f = floors[threads];
         for (size_t k = 0; k < isas; ++k) {
           const double bf16_us = Median(wall[k * paths.size()]) * 1e6;  // paths[0] is bf16
-          const bool amx = isa_names[k] == "amx" && f.amx_bf16_macs_per_s > 0.0;
           for (size_t i = 0; i < paths.size(); ++i) {
             const size_t index = k * paths.size() + i;
             DecodeBenchRow row;
             row.shape = config.shape;
             row.path = paths[i];
-            row.isa = isa_names[k];
+            row.isa = PathIsa(isa_options[k], paths[i]);
+            const bool amx = row.isa == "amx" && f.amx_bf16_macs_per_s > 0.0;
             row.context = context;
             row.batch = batch;
             row.threads = threads;

@@ -31,12 +31,12 @@ JsonValue DecodeBenchRowToJson(const DecodeBenchRow& r) {
 std::string DecodeBenchRowsToText(const std::vector<DecodeBenchRow>& rows) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-13s %-6s %-6s %7s %5s %7s %11s %11s %9s %8s %11s %11s %9s\n", "shape", "path",
+  std::snprintf(line, sizeof(line), "%-13s %-6s %-10s %7s %5s %7s %11s %11s %9s %8s %11s %11s %9s\n", "shape", "path",
                 "isa", "context", "batch", "threads", "us/step", "cpu us/step", "GB/s", "vs bf16", "floor mem", "floor cmp",
                 "x floor");
   out += line;
   for (const DecodeBenchRow& r : rows) {
-    std::snprintf(line, sizeof(line), "%-13s %-6s %-6s %7lld %5d %7d %11.1f %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f\n",
+    std::snprintf(line, sizeof(line), "%-13s %-6s %-10s %7lld %5d %7d %11.1f %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f\n",
                   r.shape.c_str(), r.path.c_str(), r.isa.c_str(), (long long)r.context, r.batch, r.threads, r.us_per_step,
                   r.cpu_us_per_step, r.gb_per_s, r.speedup_vs_bf16, r.floor_memory_us, r.floor_compute_us, r.ratio_to_floor);
     out += line;
@@ -64,8 +64,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                    "bf16 (dense control), fp8, tq3 (all pages TQ3) and minima (anchor + recent tokens FP8, the rest\n"
                    "TQ3, merged). Reports time per step, KV bytes read, GB/s, speedup against the bf16 path of the\n"
                    "same run, and two floors measured on this machine (bytes / read bandwidth, multiply-adds / peak:\n"
-                   "fp32 FMA peak, or the AMX bf16 peak for the AMX kernels). --isa auto,avx512 times the AMX and\n"
-                   "AVX-512 kernels side by side (each with its own bf16 baseline).");
+                   "fp32 FMA peak, or the AMX bf16 peak for the AMX kernels). --isa auto,amx,avx512 times the kernel\n"
+                   "families side by side (each with its own bf16 baseline).");
   parser.AddChoice("shape", {"llama-3.1-8b", "qwen3.6-27b"}, "attention layer shape", &config.shape);
   parser.AddIntList("context", "context length(s) in tokens; 32k = 32768", &config.contexts);
   parser.AddIntList("batch", "sequences per decode step", &config.batches);
@@ -84,7 +84,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   parser.AddString("paths", "P[,P...]", "paths to time, from bf16,fp8,tq3,minima (bf16 always runs: the baseline)",
                    &paths_text);
   std::string isas_text = "auto";
-  parser.AddString("isa", "I[,I...]", "kernel families to time, from auto (the best this machine runs), avx512, "
+  parser.AddString("isa", "I[,I...]", "kernel families to time, from auto (per format the fastest measured: AMX for fp8 and tq3, AVX-512 "
+                   "for bf16), amx, avx512, "
                    "scalar; also settable for a whole process with MINIMAKV_CPU_ISA", &isas_text);
   parser.AddBool("flush-caches", "evict the KV from the CPU caches before each timed step (a real decode step "
                  "reads each layer cold); --flush-caches=false to time warm caches", &config.flush_caches);
@@ -99,8 +100,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   for (size_t start = 0; start <= isas_text.size();) {
     const size_t comma = std::min(isas_text.find(',', start), isas_text.size());
     const std::string isa = isas_text.substr(start, comma - start);
-    if (isa != "auto" && isa != "avx512" && isa != "scalar") {
-      std::fprintf(stderr, "%s: error: bad value for --isa: '%s' is not one of auto, avx512, scalar\n",
+    if (isa != "auto" && isa != "amx" && isa != "avx512" && isa != "scalar") {
+      std::fprintf(stderr, "%s: error: bad value for --isa: '%s' is not one of auto, amx, avx512, scalar\n",
                    command.c_str(), isa.c_str());
       return kExitUsage;
     }

@@ -123,6 +123,7 @@ struct ViewPlan {
   std::vector<float> scratch;
   size_t slot_floats = 0;
   int head_dim = 0;
+  KvFormat format = KvFormat::kBf16;
 };
 
 // Cuts one view's work into kernel tasks (REQUIRES: arguments validated, at least one query token).
@@ -204,6 +205,7 @@ void PlanView(const PagedKvView& view, const AttentionQueries& queries, const Ha
   const size_t slot_floats = size_t(cpu::kMaxTaskRows) * (size_t(d) + 1);
   plan->slot_floats = slot_floats;
   plan->head_dim = d;
+  plan->format = layout.format;
   std::vector<float>& scratch = plan->scratch;
   scratch.assign(scratch_slots * slot_floats, 0.0f);
   for (size_t t = 0; t < tasks.size(); ++t) {
@@ -216,15 +218,22 @@ void PlanView(const PagedKvView& view, const AttentionQueries& queries, const Ha
   }
 }
 
+// The kernel the dispatcher chose for a view of `format`.
+cpu::KernelFn KernelOf(const CpuAttentionOptions& options, KvFormat format) {
+  return cpu::KernelFor(cpu::SelectIsa(options.family, options.force_scalar, format));
+}
+
 // Runs the tasks of all plans in one parallel region, then merges page-range splits.
-void RunPlans(std::span<ViewPlan> plans, int num_threads, cpu::KernelFn kernel) {
+void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOptions& options) {
   std::vector<std::pair<size_t, size_t>> work;  // (plan, task)
   std::vector<std::pair<size_t, size_t>> merges;  // (plan, merge)
   for (size_t p = 0; p < plans.size(); ++p) {
     for (size_t t = 0; t < plans[p].tasks.size(); ++t) work.emplace_back(p, t);
     for (size_t m = 0; m < plans[p].merges.size(); ++m) merges.emplace_back(p, m);
   }
-  ParallelFor(work.size(), num_threads, [&](size_t i) { kernel(plans[work[i].first].tasks[work[i].second]); });
+  std::vector<cpu::KernelFn> kernels;  // per plan: the family chosen for its view's format
+  for (const ViewPlan& plan : plans) kernels.push_back(KernelOf(options, plan.format));
+  ParallelFor(work.size(), num_threads, [&](size_t i) { kernels[work[i].first](plans[work[i].first].tasks[work[i].second]); });
   ParallelFor(merges.size(), num_threads, [&](size_t i) {
     const ViewPlan& plan = plans[merges[i].first];
     const SplitMerge& merge = plan.merges[merges[i].second];
@@ -239,13 +248,19 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, cpu::KernelFn kernel) 
   });
 }
 
-cpu::CpuIsa IsaOf(const CpuAttentionOptions& options) {
-  return cpu::SelectIsa(cpu::MaxIsaOf(options.force_scalar, options.allow_amx));
-}
-
 }  // namespace
 
-const char* CpuKernelIsa(const CpuAttentionOptions& options) { return cpu::IsaName(IsaOf(options)); }
+const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format) {
+  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format));
+}
+
+const char* CpuKernelIsa(const CpuAttentionOptions& options) {
+  const char* first = CpuKernelIsaFor(options, KvFormat::kBf16);
+  for (KvFormat format : {KvFormat::kFp8, KvFormat::kTq3}) {
+    if (std::string(CpuKernelIsaFor(options, format)) != first) return "amx+avx512";
+  }
+  return first;
+}
 
 Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& queries,
                                const HadamardRotation* rotation, const PartialStatesOut& out,
@@ -259,7 +274,7 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
   if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
   ViewPlan plan;
   PlanView(view, queries, rotation, out, options.num_threads, &plan);
-  RunPlans({&plan, 1}, options.num_threads, cpu::KernelFor(IsaOf(options)));
+  RunPlans({&plan, 1}, options.num_threads, options);
   return Status::Ok();
 }
 
@@ -325,7 +340,7 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
                                            : PartialStatesOut{part_out[i - 1].data(), part_lse[i - 1].data()};
     PlanView(views[i], queries, rotation, states, options.num_threads, &plans[i]);
   }
-  RunPlans(plans, options.num_threads, cpu::KernelFor(IsaOf(options)));
+  RunPlans(plans, options.num_threads, options);
   for (size_t i = 1; i < views.size(); ++i) {
     float* const outs[] = {out, part_out[i - 1].data()};
     float* const lses[] = {lse, part_lse[i - 1].data()};

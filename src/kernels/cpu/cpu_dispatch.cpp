@@ -1,9 +1,11 @@
-// The one place that decides which CPU kernel family runs: AMX when the CPU has it and the OS granted tile
-// state (kernels/cpu/cpu_kernels_amx.cpp), else AVX-512 when the CPU reports every feature that translation
-// unit was compiled for (kernels/cpu/cpu_kernels_avx512.cpp), else the scalar kernels. Callers may cap the
-// choice (CpuAttentionOptions::force_scalar / allow_amx, or MINIMAKV_CPU_ISA for a whole process, e.g. to
-// bench AVX-512 beside AMX). "Is it supported" and "what runs" come from the same function.
-#include <algorithm>
+// The one place that decides which CPU kernel family runs for a format. Supported families: AMX when the CPU
+// has it and the OS granted tile state (kernels/cpu/cpu_kernels_amx.cpp), AVX-512 when the CPU reports every
+// feature that translation unit was compiled for (kernels/cpu/cpu_kernels_avx512.cpp), the scalar kernels
+// always. CpuKernelFamily::kAuto picks per format what measured fastest on this project's AMX machine
+// (docs/BENCHMARKS.md, minimakv bench --isa auto,amx,avx512): AMX for FP8 and TQ3, whose AVX-512 kernels spend
+// most of their time widening codes (one expansion feeds three tile products instead of 4 x 2 FMAs per
+// 16 values), and AVX-512 for BF16, which needs no widening and whose AMX kernel pays for the extra query and
+// weight parts and the VNNI value copy. "Is it supported" and "what runs" come from the same function.
 #include <cstdlib>
 #include <cstring>
 
@@ -26,32 +28,36 @@ bool CpuHasAvx512Kernels() {
 #endif
 }
 
-// MINIMAKV_CPU_ISA caps the family for the whole process; unset or unrecognized: no cap.
-CpuIsa EnvironmentCap() {
-  static const CpuIsa cap = [] {
+// MINIMAKV_CPU_ISA replaces CpuKernelFamily::kAuto for the whole process; unset or unrecognized: kAuto.
+CpuKernelFamily EnvironmentFamily() {
+  static const CpuKernelFamily family = [] {
     const char* value = std::getenv("MINIMAKV_CPU_ISA");
-    if (value == nullptr) return CpuIsa::kAmx;
-    if (std::strcmp(value, "scalar") == 0) return CpuIsa::kScalar;
-    if (std::strcmp(value, "avx512") == 0) return CpuIsa::kAvx512;
-    return CpuIsa::kAmx;
+    if (value == nullptr) return CpuKernelFamily::kAuto;
+    if (std::strcmp(value, "scalar") == 0) return CpuKernelFamily::kScalar;
+    if (std::strcmp(value, "avx512") == 0) return CpuKernelFamily::kAvx512;
+    if (std::strcmp(value, "amx") == 0) return CpuKernelFamily::kAmx;
+    return CpuKernelFamily::kAuto;
   }();
-  return cap;
+  return family;
 }
 
 }  // namespace
 
-CpuIsa MaxIsaOf(bool force_scalar, bool allow_amx) {
-  return force_scalar ? CpuIsa::kScalar : allow_amx ? CpuIsa::kAmx : CpuIsa::kAvx512;
-}
-
-CpuIsa SelectIsa(CpuIsa max_isa) {
-  const CpuIsa cap = std::min(max_isa, EnvironmentCap());
+CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format) {
+  if (force_scalar) family = CpuKernelFamily::kScalar;
+  if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
+  CpuIsa wanted = CpuIsa::kAmx;
+  switch (family) {
+    case CpuKernelFamily::kAuto: wanted = format == KvFormat::kBf16 ? CpuIsa::kAvx512 : CpuIsa::kAmx; break;
+    case CpuKernelFamily::kAmx: wanted = CpuIsa::kAmx; break;
+    case CpuKernelFamily::kAvx512: wanted = CpuIsa::kAvx512; break;
+    case CpuKernelFamily::kScalar: wanted = CpuIsa::kScalar; break;
+  }
   // AmxUsable() asks the OS for tile state, so it is only called when AMX may run.
-  if (cap >= CpuIsa::kAmx && CpuHasAvx512Kernels() && AmxUsable()) return CpuIsa::kAmx;
-  if (cap >= CpuIsa::kAvx512 && CpuHasAvx512Kernels()) return CpuIsa::kAvx512;
+  if (wanted == CpuIsa::kAmx && CpuHasAvx512Kernels() && AmxUsable()) return CpuIsa::kAmx;
+  if (wanted >= CpuIsa::kAvx512 && CpuHasAvx512Kernels()) return CpuIsa::kAvx512;
   return CpuIsa::kScalar;
 }
-
 KernelFn KernelFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAmx: return &AttendAmx;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "minimakv/cpu_attention.h"
 #include "minimakv/hadamard_rotation.h"
 #include "minimakv/kv_format.h"
 #include "minimakv/paged_kv_view.h"
@@ -46,17 +47,13 @@ bool AmxUsable();
 // Tq3Centroid(i) ~= mu * (bf16 hi[i] + bf16 lo[i]). For the exactness test.
 void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu);
 
-// Kernel families, in increasing order of preference.
+// Kernel families, in increasing order of capability.
 enum class CpuIsa { kScalar, kAvx512, kAmx };
 
-// The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp): the best family the CPU (and,
-// for AMX, the OS) supports, capped by `max_isa` and by the environment variable MINIMAKV_CPU_ISA
-// (scalar | avx512 | amx; read once per process).
-CpuIsa SelectIsa(CpuIsa max_isa);
+// The one place that decides which kernel runs for a format (kernels/cpu/cpu_dispatch.cpp).
+CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format);
 KernelFn KernelFor(CpuIsa isa);
 const char* IsaName(CpuIsa isa);
-// The cap a CpuAttentionOptions asks for (force_scalar, allow_amx).
-CpuIsa MaxIsaOf(bool force_scalar, bool allow_amx);
 
 // Writes the empty state (lse -inf, zero output) to every row.
 void WriteEmptyState(const KernelTask& task, int head_dim);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -122,10 +123,10 @@ double RelL2(const float* got, const float* want, size_t n) {
 // the dispatcher prefers.
 const char* const kIsas[] = {"amx", "avx512", "scalar"};
 
-// Options that run `isa`; false when this machine (or MINIMAKV_CPU_ISA) does not allow it.
+// Options that run `isa` for every format; false when this machine does not have it.
 bool OptionsForIsa(const std::string& isa, CpuAttentionOptions* options) {
-  options->force_scalar = isa == "scalar";
-  options->allow_amx = isa == "amx";
+  options->family = isa == "amx" ? CpuKernelFamily::kAmx : isa == "avx512" ? CpuKernelFamily::kAvx512
+                                                                           : CpuKernelFamily::kScalar;
   return CpuKernelIsa(*options) == isa;
 }
 
@@ -292,15 +293,25 @@ TEST(CpuAmxKernels, Tq3CentroidSplitIsExactToFp32) {
   }
 }
 
-// The dispatcher reports the family it runs, and options cap it.
+// The dispatcher reports the family it runs per format; options choose it, force_scalar wins.
 TEST(CpuAmxKernels, IsaNamesFollowOptions) {
   CpuAttentionOptions options;
-  const std::string best = CpuKernelIsa(options);
-  EXPECT_EQ(best == "amx", cpu::AmxUsable() && cpu::SelectIsa(cpu::CpuIsa::kAmx) == cpu::CpuIsa::kAmx);
-  options.allow_amx = false;
+  options.family = CpuKernelFamily::kAmx;
+  const bool amx = cpu::AmxUsable();
+  for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
+    EXPECT_EQ(std::string(CpuKernelIsaFor(options, format)) == "amx", amx) << KvFormatName(format);
+  }
+  options.family = CpuKernelFamily::kAvx512;
   EXPECT_NE(std::string(CpuKernelIsa(options)), "amx");
   options.force_scalar = true;
   EXPECT_EQ(std::string(CpuKernelIsa(options)), "scalar");
+  if (amx && std::getenv("MINIMAKV_CPU_ISA") == nullptr) {
+    options = {};  // kAuto: AMX for FP8 and TQ3, AVX-512 for BF16
+    EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kBf16)), "avx512");
+    EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kFp8)), "amx");
+    EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kTq3)), "amx");
+    EXPECT_EQ(std::string(CpuKernelIsa(options)), "amx+avx512");
+  }
 }
 
 // The same sequences split across BF16, FP8 and TQ3 views: merged result vs the reference over the union.
@@ -330,9 +341,9 @@ TEST(CpuAttention, MixedViewsMergeToReferenceOverUnion) {
   const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, kHeadDim);
   std::vector<double> want_out, want_lse;
   ASSERT_TRUE(ReferenceAttention(views, queries, &rotation, &want_out, &want_lse).ok());
-  for (const std::string isa : kIsas) {
+  for (const std::string isa : {"auto", "amx", "avx512", "scalar"}) {
     CpuAttentionOptions options;
-    if (!OptionsForIsa(isa, &options)) continue;
+    if (isa != "auto" && !OptionsForIsa(isa, &options)) continue;
     GuardedBuffer out(want_out.size());
     GuardedBuffer lse(want_lse.size());
     options.num_threads = 2;
