@@ -355,8 +355,9 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
   const size_t row_stride = sizeof(uint16_t) * kMaxHeadDim;
   for (int j0 = 0; j0 < n; j0 += kKeyTile) {
     const int keys_here = std::min(kKeyTile, n - j0);
-    // This tile's values are read by the value pass next: start fetching them now.
-    PrefetchL2(values + size_t(j0) * key_bytes, size_t(keys_here) * key_bytes);
+    // This tile's values are read by the value pass next: start fetching them now, a slice per chunk below.
+    const size_t value_tile_bytes = size_t(keys_here) * key_bytes;
+    const size_t value_slice_bytes = (value_tile_bytes + size_t(chunks) - 1) / size_t(chunks);
     const uint8_t* a_base[2] = {reinterpret_cast<const uint8_t*>(ws.key_tiles[0]),
                                 reinterpret_cast<const uint8_t*>(ws.key_tiles[1])};
     size_t a_stride = row_stride;
@@ -386,6 +387,10 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
     TileZero<0>();
     if constexpr (kColumnBlocks == 2) TileZero<1>();
     for (int c = 0; c < chunks; ++c) {
+      const size_t slice = size_t(c) * value_slice_bytes;
+      if (slice < value_tile_bytes) {
+        PrefetchL2(values + size_t(j0) * key_bytes + slice, std::min(value_slice_bytes, value_tile_bytes - slice));
+      }
       const size_t offset = size_t(c) * kTileRowBytes;
       TileLoad<2>(a_base[0] + offset, a_stride);
       if constexpr (Codec::kParts == 2) TileLoad<3>(a_base[1] + offset, a_stride);
@@ -487,6 +492,10 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
   for (int sb = 0; sb * kValueKeys < n; ++sb) {
     for (int i = 0; i < kTileRows; ++i) {
       const int ka = sb * kValueKeys + 2 * i;
+      // The next block's keys, two keys' lines per pair: spread out, so the prefetches do not queue up.
+      if (next_keys != nullptr && size_t(ka) * value_bytes < next_key_bytes) {
+        PrefetchL2(next_keys + size_t(ka) * value_bytes, std::min(2 * value_bytes, next_key_bytes - size_t(ka) * value_bytes));
+      }
       __m512i xa[Codec::kZmm][Codec::kParts];
       __m512i xb[Codec::kZmm][Codec::kParts];
       if (ka < n) {
@@ -506,7 +515,6 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
         }
       }
     }
-    if (next_keys != nullptr && sb == 0) PrefetchL2(next_keys, next_key_bytes);
     TileLoad<4>(ws.p_tiles[sb][0], kTileRowBytes);
     if constexpr (MB == 2) TileLoad<5>(ws.p_tiles[sb][1], kTileRowBytes);
     for (int p = 0; p < Codec::kParts; ++p) {
