@@ -295,6 +295,7 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
         queries.num_seqs = 1;
         queries.num_q_heads = nq;
         queries.sm_scale = sm_scale;
+        im.pool.Park();  // AttendMixedCpu runs its own threads
         MINIMAKV_RETURN_IF_ERROR(AttendMixedCpu(std::span<const PagedKvView>(views, size_t(num_views)), queries,
                                                 &cache.rotation(), out, im.cache_lse.data(), opts));
       }

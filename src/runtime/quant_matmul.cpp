@@ -204,16 +204,26 @@ int WeightCodeOffset(GgmlType type) {
   return type == GgmlType::kQ4_0 ? kNibbleOffset : type == GgmlType::kQ8_0 ? kQ8_0CodeOffset : 0;
 }
 
+// Bytes of one row pair's codes for one block: both rows' 16 nibble bytes (Q4_*) or 32 offset codes (Q8_0).
 int64_t VnniBlockBytes(GgmlType type) { return type == GgmlType::kQ8_0 ? 2 * kQ8BlockElements : kQ8BlockElements; }
+// Bytes of one row group (kVnniRowPairs pairs) for one block: the pairs' codes, then their fp32 scales.
+int64_t VnniGroupBlockBytes(GgmlType type) {
+  return kVnniRowPairs * (VnniBlockBytes(type) + 2 * int64_t(sizeof(float)));
+}
 
 void PackVnni(WeightMatrix* w) {
   const int64_t blocks = w->cols / kQ8BlockElements;
-  const int64_t row_pairs = (w->rows + 1) / 2;
-  const int64_t pair_block_bytes = VnniBlockBytes(w->type);  // both rows of a pair, one block
+  const int64_t groups = (w->rows + 2 * kVnniRowPairs - 1) / (2 * kVnniRowPairs);
+  const int64_t pair_block_bytes = VnniBlockBytes(w->type);
+  const int64_t group_block_bytes = VnniGroupBlockBytes(w->type);
   w->vnni_blocks = blocks;
-  w->vnni_qs.assign(size_t(row_pairs * blocks * pair_block_bytes),
-                    w->type == GgmlType::kQ8_0 ? uint8_t(kQ8_0CodeOffset) : uint8_t(0));
-  w->vnni_scale.assign(size_t(row_pairs * blocks * 2), 0.0f);
+  // Padding rows: Q8_0 codes 128 (= 0 after the offset), zero scales.
+  w->vnni_qs.assign(size_t(groups * blocks * group_block_bytes), 0);
+  if (w->type == GgmlType::kQ8_0) {
+    for (int64_t gb = 0; gb < groups * blocks; ++gb) {
+      std::fill_n(w->vnni_qs.begin() + gb * group_block_bytes, kVnniRowPairs * pair_block_bytes, uint8_t(kQ8_0CodeOffset));
+    }
+  }
   if (w->type == GgmlType::kQ4_1) {
     w->vnni_min.assign(size_t(RoundUp(w->rows, kMinRowGroup) * blocks), 0.0f);
   } else {
@@ -221,24 +231,27 @@ void PackVnni(WeightMatrix* w) {
   }
   for (int64_t r = 0; r < w->rows; ++r) {
     const uint8_t* row = w->data + r * w->row_bytes;
-    const int64_t pair = r / 2, half = r % 2;
+    const int64_t group = r / (2 * kVnniRowPairs), pair = (r / 2) % kVnniRowPairs, half = r % 2;
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* dst = w->vnni_qs.data() + (pair * blocks + b) * pair_block_bytes + half * pair_block_bytes / 2;
-      float* scale = w->vnni_scale.data() + (pair * blocks + b) * 2 + half;
+      uint8_t* group_block = w->vnni_qs.data() + (group * blocks + b) * group_block_bytes;
+      uint8_t* dst = group_block + pair * pair_block_bytes + half * pair_block_bytes / 2;
+      uint8_t* scale_dst = group_block + kVnniRowPairs * pair_block_bytes + (pair * 2 + half) * int64_t(sizeof(float));
+      float scale = 0.0f;
       if (w->type == GgmlType::kQ8_0) {
         const uint8_t* blk = row + b * kQ8_0Bytes;
-        *scale = Fp16ToFloat(LoadU16(blk));
+        scale = Fp16ToFloat(LoadU16(blk));
         for (int j = 0; j < kQ8BlockElements; ++j) dst[j] = uint8_t(int(int8_t(blk[2 + j])) + kQ8_0CodeOffset);
       } else {
         const bool q4_1 = w->type == GgmlType::kQ4_1;
         const uint8_t* blk = row + b * (q4_1 ? kQ4_1Bytes : kQ4_0Bytes);
-        *scale = Fp16ToFloat(LoadU16(blk));
+        scale = Fp16ToFloat(LoadU16(blk));
         if (q4_1) {
           w->vnni_min[size_t(((r / kMinRowGroup) * blocks + b) * kMinRowGroup + r % kMinRowGroup)] =
               Fp16ToFloat(LoadU16(blk + 2));
         }
         std::memcpy(dst, blk + (q4_1 ? 4 : 2), kQ8BlockElements / 2);  // nibbles as stored
       }
+      std::memcpy(scale_dst, &scale, sizeof(scale));
     }
   }
 }
@@ -300,16 +313,19 @@ __attribute__((target("avx512f,avx512dq"), always_inline)) inline float Horizont
   return _mm_cvtss_f32(s);
 }
 
-// Row pairs [pair0, pair0 + kPairs) x tokens [t0, t0 + kTokens): out[t][r] = lanes + out[t][r] (which holds
-// the Q4_1 min sum, else 0).
-template <GgmlType kType, int kPairs, int kTokens>
+// Rows [8 * group, 8 * group + 8) x tokens [t0, t0 + kTokens): out[t][r] = lanes + out[t][r] (which holds the
+// Q4_1 min sum, else 0). The group's codes and scales for each block are one contiguous 160 / 288-byte record,
+// so a row chunk is a single sequential stream for the hardware prefetcher (decode streams all weights).
+template <GgmlType kType, int kTokens>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void VnniTile(const WeightMatrix& w,
-                                                                                       int64_t pair0,
+                                                                                       int64_t group,
                                                                                        const MatMulScratch& a,
                                                                                        int64_t t0, float* out) {
+  constexpr int kPairs = kVnniRowPairs;
   const int64_t blocks = w.vnni_blocks, cols = w.cols;
   constexpr bool kQ4 = kType != GgmlType::kQ8_0;
   constexpr int64_t kBlockBytes = kQ4 ? kQ8BlockElements : 2 * kQ8BlockElements;
+  constexpr int64_t kGroupBlockBytes = kPairs * (kBlockBytes + 2 * int64_t(sizeof(float)));
   const __m512i nibble_mask = _mm512_set1_epi8(0x0F);
   // 128-bit lanes [row0 nibbles, row0 nibbles, row1 nibbles, row1 nibbles], the 2nd and 4th shifted by 4:
   // [row0 elements 0-15, 16-31, row1 elements 0-15, 16-31].
@@ -320,12 +336,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void Vn
   for (int p = 0; p < kPairs; ++p) {
     for (int t = 0; t < kTokens; ++t) acc[p][t] = _mm512_setzero_ps();
   }
-  for (int64_t b = 0; b < blocks; ++b) {
+  const uint8_t* record = w.vnni_qs.data() + group * blocks * kGroupBlockBytes;
+  for (int64_t b = 0; b < blocks; ++b, record += kGroupBlockBytes) {
     __m512i wq[kPairs];
     __m512 wd[kPairs];
     for (int p = 0; p < kPairs; ++p) {
-      const int64_t pb = (pair0 + p) * blocks + b;
-      const uint8_t* src = w.vnni_qs.data() + pb * kBlockBytes;
+      const uint8_t* src = record + p * kBlockBytes;
       if constexpr (kQ4) {
         const __m512i packed = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
         wq[p] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(nibble_spread, packed), nibble_shift),
@@ -334,7 +350,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void Vn
         wq[p] = _mm512_loadu_si512(src);
       }
       double two_scales;
-      std::memcpy(&two_scales, w.vnni_scale.data() + pb * 2, sizeof(two_scales));
+      std::memcpy(&two_scales, record + kPairs * kBlockBytes + p * 2 * int64_t(sizeof(float)), sizeof(two_scales));
       wd[p] = _mm512_permutexvar_ps(scale_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_set_sd(two_scales))));
     }
     for (int t = 0; t < kTokens; ++t) {
@@ -354,10 +370,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void Vn
     }
   }
   for (int p = 0; p < kPairs; ++p) {
-    const int64_t r = (pair0 + p) * 2;
+    const int64_t r = group * 2 * kPairs + 2 * p;
     for (int t = 0; t < kTokens; ++t) {
       float* o = out + (t0 + t) * w.rows + r;
-      o[0] = HorizontalSum8(_mm512_castps512_ps256(acc[p][t])) + o[0];
+      if (r < w.rows) o[0] = HorizontalSum8(_mm512_castps512_ps256(acc[p][t])) + o[0];
       if (r + 1 < w.rows) o[1] = HorizontalSum8(_mm512_extractf32x8_ps(acc[p][t], 1)) + o[1];
     }
   }
@@ -382,14 +398,14 @@ __attribute__((target("avx512f"))) void Q4_1MinSums(const WeightMatrix& w, int64
   }
 }
 
-template <GgmlType kType, int kPairs>
-void VnniTokens(const WeightMatrix& w, int64_t pair0, const MatMulScratch& a, int64_t t0, int64_t t1, float* out) {
+template <GgmlType kType>
+void VnniTokens(const WeightMatrix& w, int64_t group, const MatMulScratch& a, int64_t t0, int64_t t1, float* out) {
   int64_t t = t0;
-  for (; t + kVnniTokens <= t1; t += kVnniTokens) VnniTile<kType, kPairs, kVnniTokens>(w, pair0, a, t, out);
+  for (; t + kVnniTokens <= t1; t += kVnniTokens) VnniTile<kType, kVnniTokens>(w, group, a, t, out);
   switch (t1 - t) {
-    case 3: VnniTile<kType, kPairs, 3>(w, pair0, a, t, out); break;
-    case 2: VnniTile<kType, kPairs, 2>(w, pair0, a, t, out); break;
-    case 1: VnniTile<kType, kPairs, 1>(w, pair0, a, t, out); break;
+    case 3: VnniTile<kType, 3>(w, group, a, t, out); break;
+    case 2: VnniTile<kType, 2>(w, group, a, t, out); break;
+    case 1: VnniTile<kType, 1>(w, group, a, t, out); break;
     default: break;
   }
 }
@@ -397,7 +413,8 @@ void VnniTokens(const WeightMatrix& w, int64_t pair0, const MatMulScratch& a, in
 // Rows [r0, r1): r0 a multiple of kMinRowGroup, r1 too or the last row.
 template <GgmlType kType>
 void VnniRows(const WeightMatrix& w, int64_t r0, int64_t r1, const MatMulScratch& a, int64_t tokens, float* out) {
-  const int64_t pair_begin = r0 / 2, pair_end = (r1 + 1) / 2;
+  constexpr int64_t kGroupRows = 2 * kVnniRowPairs;
+  const int64_t group_begin = r0 / kGroupRows, group_end = (r1 + kGroupRows - 1) / kGroupRows;
   for (int64_t tb = 0; tb < tokens; tb += kVnniTokenBlock) {
     const int64_t te = std::min(tokens, tb + kVnniTokenBlock);
     if constexpr (kType == GgmlType::kQ4_1) {
@@ -405,9 +422,7 @@ void VnniRows(const WeightMatrix& w, int64_t r0, int64_t r1, const MatMulScratch
     } else {
       for (int64_t t = tb; t < te; ++t) std::fill(out + t * w.rows + r0, out + t * w.rows + r1, 0.0f);
     }
-    int64_t p = pair_begin;
-    for (; p + kVnniRowPairs <= pair_end; p += kVnniRowPairs) VnniTokens<kType, kVnniRowPairs>(w, p, a, tb, te, out);
-    for (; p < pair_end; ++p) VnniTokens<kType, 1>(w, p, a, tb, te, out);
+    for (int64_t g = group_begin; g < group_end; ++g) VnniTokens<kType>(w, g, a, tb, te, out);
   }
 }
 

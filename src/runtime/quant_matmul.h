@@ -29,10 +29,10 @@ struct Q8Block {
 };
 
 // A weight matrix [rows][cols] (ggml dims[0] = cols).
-// On CPUs with AVX-512 VNNI, Q4_0/Q4_1/Q8_0 rows are also repacked at load (vnni_*) by pairs of rows:
-//   codes [row pair][block]: Q4_* 16 nibble bytes of each row as stored; Q8_0 32 codes + 128 (unsigned, as
-//         vpdpbusd multiplies unsigned x signed) of each row; an odd last row pairs with a zero row;
-//   scales fp32 [row pair][block][2]; Q4_1 mins fp32 [16-row group][block][16].
+// On CPUs with AVX-512 VNNI, Q4_0/Q4_1/Q8_0 rows are also repacked at load (vnni_*) in groups of 8 rows
+// (4 row pairs), one record per group and 32-block: the pairs' codes (Q4_*: each row's 16 nibble bytes as
+// stored; Q8_0: 32 codes + 128, unsigned, as vpdpbusd multiplies unsigned x signed), then their fp32 scales.
+// Rows are padded to a multiple of 8 with zero codes and scales. Q4_1 mins: fp32 [16-row group][block][16].
 struct WeightMatrix {
   std::string name;
   GgmlType type = GgmlType::kF32;  // kQ4_0, kQ4_1, kQ8_0 (in place) or kF32 (f32 owned)
@@ -43,7 +43,6 @@ struct WeightMatrix {
   std::vector<float> f32;         // [rows][cols] when type == kF32
   int64_t vnni_blocks = 0;        // 32-blocks per row; 0: not repacked
   std::vector<uint8_t> vnni_qs;
-  std::vector<float> vnni_scale;
   std::vector<float> vnni_min;
 
   // Wraps a GGUF tensor of rank 2: keeps Q4_0/Q4_1/Q8_0 in place, widens any other type to fp32.
