@@ -208,7 +208,7 @@ int WeightCodeOffset(GgmlType type) {
 int64_t VnniBlockBytes(GgmlType type) { return type == GgmlType::kQ8_0 ? 2 * kQ8BlockElements : kQ8BlockElements; }
 // Bytes of one row group (kVnniRowPairs pairs) for one block: the pairs' codes, then their fp32 scales.
 int64_t VnniGroupBlockBytes(GgmlType type) {
-  return kVnniRowPairs * (VnniBlockBytes(type) + 2 * int64_t(sizeof(float)));
+  return kVnniRowPairs * (VnniBlockBytes(type) + 2 * int64_t(sizeof(uint16_t)));
 }
 
 void PackVnni(WeightMatrix* w) {
@@ -225,7 +225,7 @@ void PackVnni(WeightMatrix* w) {
     }
   }
   if (w->type == GgmlType::kQ4_1) {
-    w->vnni_min.assign(size_t(RoundUp(w->rows, kMinRowGroup) * blocks), 0.0f);
+    w->vnni_min.assign(size_t(RoundUp(w->rows, kMinRowGroup) * blocks), uint16_t(0));
   } else {
     w->vnni_min.clear();
   }
@@ -235,19 +235,19 @@ void PackVnni(WeightMatrix* w) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* group_block = w->vnni_qs.data() + (group * blocks + b) * group_block_bytes;
       uint8_t* dst = group_block + pair * pair_block_bytes + half * pair_block_bytes / 2;
-      uint8_t* scale_dst = group_block + kVnniRowPairs * pair_block_bytes + (pair * 2 + half) * int64_t(sizeof(float));
-      float scale = 0.0f;
+      uint8_t* scale_dst = group_block + kVnniRowPairs * pair_block_bytes + (pair * 2 + half) * int64_t(sizeof(uint16_t));
+      uint16_t scale = 0;
       if (w->type == GgmlType::kQ8_0) {
         const uint8_t* blk = row + b * kQ8_0Bytes;
-        scale = Fp16ToFloat(LoadU16(blk));
+        scale = LoadU16(blk);
         for (int j = 0; j < kQ8BlockElements; ++j) dst[j] = uint8_t(int(int8_t(blk[2 + j])) + kQ8_0CodeOffset);
       } else {
         const bool q4_1 = w->type == GgmlType::kQ4_1;
         const uint8_t* blk = row + b * (q4_1 ? kQ4_1Bytes : kQ4_0Bytes);
-        scale = Fp16ToFloat(LoadU16(blk));
+        scale = LoadU16(blk);
         if (q4_1) {
           w->vnni_min[size_t(((r / kMinRowGroup) * blocks + b) * kMinRowGroup + r % kMinRowGroup)] =
-              Fp16ToFloat(LoadU16(blk + 2));
+              LoadU16(blk + 2);
         }
         std::memcpy(dst, blk + (q4_1 ? 4 : 2), kQ8BlockElements / 2);  // nibbles as stored
       }
@@ -317,7 +317,7 @@ __attribute__((target("avx512f,avx512dq"), always_inline)) inline float Horizont
 // Q4_1 min sum, else 0). The group's codes and scales for each block are one contiguous 160 / 288-byte record,
 // so a row chunk is a single sequential stream for the hardware prefetcher (decode streams all weights).
 template <GgmlType kType, int kTokens>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void VnniTile(const WeightMatrix& w,
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c"))) void VnniTile(const WeightMatrix& w,
                                                                                        int64_t group,
                                                                                        const MatMulScratch& a,
                                                                                        int64_t t0, float* out) {
@@ -325,13 +325,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void Vn
   const int64_t blocks = w.vnni_blocks, cols = w.cols;
   constexpr bool kQ4 = kType != GgmlType::kQ8_0;
   constexpr int64_t kBlockBytes = kQ4 ? kQ8BlockElements : 2 * kQ8BlockElements;
-  constexpr int64_t kGroupBlockBytes = kPairs * (kBlockBytes + 2 * int64_t(sizeof(float)));
+  constexpr int64_t kGroupBlockBytes = kPairs * (kBlockBytes + 2 * int64_t(sizeof(uint16_t)));
   const __m512i nibble_mask = _mm512_set1_epi8(0x0F);
   // 128-bit lanes [row0 nibbles, row0 nibbles, row1 nibbles, row1 nibbles], the 2nd and 4th shifted by 4:
   // [row0 elements 0-15, 16-31, row1 elements 0-15, 16-31].
   const __m512i nibble_spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-  const __m512i scale_index = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  // Pair p's two scales (of the 8 in the record) to lanes 0-7 and 8-15.
+  __m512i scale_index[kPairs];
+  for (int p = 0; p < kPairs; ++p) {
+    scale_index[p] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                      _mm512_set1_epi32(2 * p));
+  }
   __m512 acc[kPairs][kTokens];
   for (int p = 0; p < kPairs; ++p) {
     for (int t = 0; t < kTokens; ++t) acc[p][t] = _mm512_setzero_ps();
@@ -340,6 +345,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void Vn
   for (int64_t b = 0; b < blocks; ++b, record += kGroupBlockBytes) {
     __m512i wq[kPairs];
     __m512 wd[kPairs];
+    const __m512 scales = _mm512_castps256_ps512(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(record + kPairs * kBlockBytes))));
     for (int p = 0; p < kPairs; ++p) {
       const uint8_t* src = record + p * kBlockBytes;
       if constexpr (kQ4) {
@@ -349,9 +356,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void Vn
       } else {
         wq[p] = _mm512_loadu_si512(src);
       }
-      double two_scales;
-      std::memcpy(&two_scales, record + kPairs * kBlockBytes + p * 2 * int64_t(sizeof(float)), sizeof(two_scales));
-      wd[p] = _mm512_permutexvar_ps(scale_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_set_sd(two_scales))));
+      wd[p] = _mm512_permutexvar_ps(scale_index[p], scales);
     }
     for (int t = 0; t < kTokens; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
@@ -384,14 +389,15 @@ __attribute__((target("avx512f"))) void Q4_1MinSums(const WeightMatrix& w, int64
                                                     const MatMulScratch& a, int64_t t0, int64_t t1, float* out) {
   const int64_t blocks = w.vnni_blocks;
   for (int64_t g = r0 / kMinRowGroup; g * kMinRowGroup < r1; ++g) {
-    const float* m = w.vnni_min.data() + g * blocks * kMinRowGroup;
+    const uint16_t* m = w.vnni_min.data() + g * blocks * kMinRowGroup;
     const int64_t rows_here = std::min<int64_t>(kMinRowGroup, w.rows - g * kMinRowGroup);
     const __mmask16 keep = __mmask16((1u << rows_here) - 1u);
     for (int64_t t = t0; t < t1; ++t) {
       const float* s = a.s.data() + t * blocks;
       __m512 sum = _mm512_setzero_ps();
       for (int64_t b = 0; b < blocks; ++b) {
-        sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_loadu_ps(m + b * kMinRowGroup), _mm512_set1_ps(s[b])));
+        const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kMinRowGroup)));
+        sum = _mm512_add_ps(sum, _mm512_mul_ps(mins, _mm512_set1_ps(s[b])));
       }
       _mm512_mask_storeu_ps(out + t * w.rows + g * kMinRowGroup, keep, sum);
     }

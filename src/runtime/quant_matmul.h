@@ -43,7 +43,7 @@ struct WeightMatrix {
   std::vector<float> f32;         // [rows][cols] when type == kF32
   int64_t vnni_blocks = 0;        // 32-blocks per row; 0: not repacked
   std::vector<uint8_t> vnni_qs;
-  std::vector<float> vnni_min;
+  std::vector<uint16_t> vnni_min;
 
   // Wraps a GGUF tensor of rank 2: keeps Q4_0/Q4_1/Q8_0 in place, widens any other type to fp32.
   static Status FromTensor(const GgufTensorInfo& tensor, WeightMatrix* out);
