@@ -248,8 +248,24 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
       ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, num_past_ + t, c.rope_freq_base, c.rope_neox);
     }
 
-    for (InferenceSession* f : followers) MINIMAKV_RETURN_IF_ERROR(f->StoreFollowerKv(l, im.k.data(), im.v.data(), T));
+    // The chunk's K/V into the followers' caches (shared prefill) and, for a paged prefill chunk, into our own
+    // cache, one session per task: encoding (FP8, TQ3 with its rotation) is independent per cache.
+    auto store_chunk_kv = [&](bool include_own) -> Status {
+      const int64_t tasks = int64_t(followers.size()) + (include_own ? 1 : 0);
+      if (tasks == 0) return Status::Ok();
+      std::vector<Status> results(static_cast<size_t>(tasks));
+      im.pool.ParallelForEach(tasks, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          results[size_t(i)] = i < int64_t(followers.size())
+                                   ? followers[size_t(i)]->StoreFollowerKv(l, im.k.data(), im.v.data(), T)
+                                   : im.cache->Append(im.seq, l, im.k.data(), im.v.data(), int(T));
+        }
+      });
+      for (Status& st : results) MINIMAKV_RETURN_IF_ERROR(std::move(st));
+      return Status::Ok();
+    };
     if (dense) {
+      MINIMAKV_RETURN_IF_ERROR(store_chunk_kv(false));
       float* kc = im.dense_k[size_t(l)].data() + num_past_ * kv_dim;
       float* vc = im.dense_v[size_t(l)].data() + num_past_ * kv_dim;
       for (int64_t i = 0; i < T * kv_dim; ++i) {
@@ -300,6 +316,8 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
                                                 &cache.rotation(), out, im.cache_lse.data(), opts));
       }
       if (T > 1) {
+        // The cache part above read the cache as it was; the chunk's own part below reads im.k / im.v.
+        MINIMAKV_RETURN_IF_ERROR(store_chunk_kv(true));
         // Causal attention inside the chunk on full-precision K/V, merged with the cached part.
         im.chunk_lse.resize(size_t(T * nq));
         PromptAttentionArgs args;
@@ -324,7 +342,6 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
             }
           });
         }
-        MINIMAKV_RETURN_IF_ERROR(cache.Append(im.seq, l, im.k.data(), im.v.data(), int(T)));
       }
     }
 
