@@ -125,6 +125,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
       o.Set("decode_tok_per_s", r.decode_tps);
       o.Set("passkey", pcase.passkey);
       o.Set("context_tokens", int64_t(pcase.prompt_ids.size()));
+      o.Set("prefill_tok_per_s", double(pcase.prompt_ids.size()) / prefill_s);  // the shared prefill, once for all
       arr.Append(o);
     }
     PrintJson(arr);
