@@ -1,9 +1,15 @@
-// LlamaModel: the weights and hyper-parameters of a Llama-architecture GGUF model (SmolLM, SmolLM2, Llama 2,
-// TinyLlama), plus its tokenizer. Inference runs in InferenceSession (inference_session.h).
+// LlamaModel: the weights and hyper-parameters of a Llama-family GGUF model, plus its tokenizer:
+//   general.architecture "llama": SmolLM, SmolLM2, Llama 2, TinyLlama, Llama 3 (without rope_freqs scaling);
+//   general.architecture "qwen2": Qwen2 / Qwen2.5 (the Llama block plus q/k/v biases, NEOX RoPE).
+// Inference runs in InferenceSession (inference_session.h).
 //
-// GGUF conventions this relies on (llama.cpp's convert_hf_to_gguf.py, LlamaModel):
-//   - attn_q / attn_k rows are permuted at conversion so that RoPE rotates ADJACENT pairs (x[2i], x[2i+1])
+// GGUF conventions this relies on (llama.cpp's convert_hf_to_gguf.py, LlamaModel / Qwen2Model):
+//   - hyper-parameters are keyed by the architecture name: "<arch>.block_count", "<arch>.rope.freq_base", ...
+//   - llama: attn_q / attn_k rows are permuted at conversion so that RoPE rotates ADJACENT pairs (x[2i], x[2i+1])
 //     ("normal" rope in llama.cpp), not the two halves of HF's rotate_half.
+//   - qwen2: no permutation, so RoPE rotates the pairs (x[i], x[i + rope_dims/2]) (llama.cpp LLAMA_ROPE_TYPE_NEOX,
+//     which llama-model.cpp's llama_model_rope_type gives LLM_ARCH_QWEN2); blk.N.attn_{q,k,v}.bias are added
+//     after the q/k/v matmuls.
 //   - ggml dims[0] is the input dimension: a weight [in, out] in GGUF order is `out` rows of `in` values.
 //   - no output.weight means tied embeddings: logits use token_embd.weight.
 #pragma once
@@ -19,6 +25,7 @@
 namespace minimakv {
 
 struct LlamaConfig {
+  std::string architecture;    // general.architecture: "llama" or "qwen2"; the "llama." keys below use it
   std::string name;            // general.name
   int num_layers = 0;          // llama.block_count
   int embedding_dim = 0;       // llama.embedding_length
@@ -32,16 +39,33 @@ struct LlamaConfig {
   int rope_dims = 0;           // llama.rope.dimension_count (default head_dim)
   float rms_norm_eps = 1e-5f;  // llama.attention.layer_norm_rms_epsilon
   bool tied_embeddings = false;
+  bool rope_neox = false;      // rotate (x[i], x[i + rope_dims/2]) instead of (x[2i], x[2i+1]); qwen2
+  bool qkv_bias = false;       // layers carry attn_{q,k,v}.bias (qwen2 always; llama when blk.0 has them)
 };
 
 struct WeightMatrix;  // runtime/quant_matmul.h
 
+// How K-quant weight matrices (Q4_K, Q5_K, Q6_K: the matmul has no kernel for them) are held in memory.
+enum class KQuantWeights {
+  kFp32,           // dequantized to fp32 at load: exact weights, 4 bytes per weight, fp32 dot products
+  kRequantQ8_0,    // K-quants dequantized then re-quantized to Q8_0 (32-blocks, fp16 scale amax/127) at load:
+                   // 1.0625 bytes per weight and the int8 (VNNI) matmul; adds < amax/254 per weight
+};
+
+struct LlamaLoadOptions {
+  // Default: $MINIMAKV_KQUANT_WEIGHTS ("fp32" or "q8_0") when set, else kRequantQ8_0 (kFp32 costs 4x the RAM
+  // and runs ~10x slower on 2 cores: Qwen2.5-1.5B Q4_K_M needs 8.1 GB resident and decodes at ~0.8 tok/s).
+  KQuantWeights kquant_weights = DefaultKQuantWeights();
+  static KQuantWeights DefaultKQuantWeights();
+};
+
 class LlamaModel {
  public:
   ~LlamaModel();
-  // Opens and validates a GGUF file: architecture "llama", shapes consistent with the hyper-parameters,
+  // Opens and validates a GGUF file: architecture "llama" or "qwen2", shapes consistent with the hyper-parameters,
   // supported weight types. NotFound / Corruption / Unsupported naming the bad key or tensor.
   static Status Load(const std::string& path, std::unique_ptr<LlamaModel>* out);
+  static Status Load(const std::string& path, const LlamaLoadOptions& options, std::unique_ptr<LlamaModel>* out);
 
   const LlamaConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -66,6 +90,7 @@ class LlamaModel {
   std::unique_ptr<WeightMatrix> token_embd_;
   std::unique_ptr<WeightMatrix> output_;
   std::vector<float> output_norm_;
+  std::vector<std::vector<uint8_t>> requantized_;  // Q8_0 copies of K-quant matrices (kRequantQ8_0)
   size_t weight_bytes_ = 0;
 };
 

@@ -7,6 +7,10 @@
 //   "gpt2"    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //   "smollm"  (also "starcoder", "refact"): every \p{N} code point split off alone first, then "gpt2" on each
 //             piece (llama.cpp llama-vocab.cpp groups SMOLLM with STARCODER).
+//   "qwen2"   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|
+//             \s+(?!\S)|\s+   (Qwen2 / Qwen2.5 tokenizer.json; llama.cpp LLAMA_VOCAB_PRE_TYPE_QWEN2)
+//   "llama-bpe" (Llama 3): the same with \p{N}{1,3}, and a word that is itself a vocabulary token is emitted
+//             whole without merges (llama.cpp sets ignore_merges for LLAMA3).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,7 @@ namespace minimakv {
 enum class TokenType : int32_t { kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4,
                                  kUnused = 5, kByte = 6 };
 
-enum class PreTokenizer { kGpt2, kDigitsThenGpt2 };
+enum class PreTokenizer { kGpt2, kDigitsThenGpt2, kQwen2, kLlama3 };
 
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant"
@@ -57,7 +61,7 @@ class Tokenizer {
   PreTokenizer pre_tokenizer() const { return pre_; }
 
   // Renders messages with the model's chat template. Supported: ChatML (<|im_start|>role\n...<|im_end|>\n),
-  // including a default system message when the template inserts one (SmolLM2 does). Unsupported otherwise.
+  // including a default system message when the template inserts one (SmolLM2 and Qwen2.5 do). Unsupported otherwise.
   Status ApplyChatTemplate(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                            std::string* out) const;
 

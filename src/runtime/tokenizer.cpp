@@ -17,6 +17,10 @@ uint32_t ByteToCodepoint(int byte, int* next_extra) {
   return uint32_t(256 + (*next_extra)++);
 }
 
+// Digits per number piece: Qwen2 splits every digit alone (\p{N}), Llama 3 takes up to three (\p{N}{1,3}).
+constexpr int kQwen2MaxDigits = 1;
+constexpr int kLlama3MaxDigits = 3;
+
 struct Flags {
   bool letter = false, number = false, space = false, in_range = false;
 };
@@ -91,6 +95,80 @@ void SplitGpt2(const std::vector<uint32_t>& cps, size_t begin, size_t end, std::
   }
 }
 
+
+// The Qwen2 / Llama 3 split rule over code points [begin, end), appending word boundaries. Mirrors the regex
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// alternative by alternative, in order (leftmost alternative that matches wins, each quantifier greedy).
+// max_digits is 1 for qwen2 and 3 for llama-bpe. ref: Qwen2.5 tokenizer.json, llama.cpp llama-vocab.cpp (the
+// regexes; the matching is reimplemented by hand).
+void SplitQwen2Style(const std::vector<uint32_t>& cps, size_t begin, size_t end, int max_digits,
+                     std::vector<size_t>* cuts) {
+  auto letter = [&](size_t p) { return p < end && IsUnicodeLetter(cps[p]); };
+  auto number = [&](size_t p) { return p < end && !IsUnicodeLetter(cps[p]) && IsUnicodeNumber(cps[p]); };
+  auto space = [&](size_t p) { return p < end && IsUnicodeWhitespace(cps[p]); };
+  auto newline = [&](size_t p) { return p < end && (cps[p] == '\r' || cps[p] == '\n'); };
+  auto lower = [&](size_t p) -> uint32_t {
+    if (p >= end) return 0;
+    const uint32_t c = cps[p];
+    return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c;
+  };
+  size_t pos = begin;
+  while (pos < end) {
+    const uint32_t c = cps[pos];
+    // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    if (c == '\'') {
+      const uint32_t n1 = lower(pos + 1), n2 = lower(pos + 2);
+      size_t len = 0;
+      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') len = 2;
+      else if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) len = 3;
+      if (len > 0) {
+        pos += len;
+        cuts->push_back(pos);
+        continue;
+      }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    const bool prefix_ok = !letter(pos) && !number(pos) && !newline(pos);
+    if (letter(pos) || (prefix_ok && letter(pos + 1))) {
+      pos += letter(pos) ? 0 : 1;
+      while (letter(pos)) ++pos;
+      cuts->push_back(pos);
+      continue;
+    }
+    // \p{N}{1,max_digits}
+    if (number(pos)) {
+      for (int n = 0; n < max_digits && number(pos); ++n) ++pos;
+      cuts->push_back(pos);
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    auto symbol = [&](size_t p) { return p < end && !space(p) && !letter(p) && !number(p); };
+    if (symbol(pos) || (c == ' ' && symbol(pos + 1))) {
+      pos += (c == ' ');
+      while (symbol(pos)) ++pos;
+      while (newline(pos)) ++pos;
+      cuts->push_back(pos);
+      continue;
+    }
+    // Whitespace from here on (every other code point matched above).
+    size_t run = 0;
+    while (space(pos + run)) ++run;
+    size_t last_newline = run;  // index in the run of its last \r or \n; `run` when there is none
+    for (size_t i = 0; i < run; ++i) {
+      if (newline(pos + i)) last_newline = i;
+    }
+    if (last_newline < run) {  // \s*[\r\n]+: the greedy \s* backs off to the run's last line break
+      pos += last_newline + 1;
+    } else if (run > 1 && pos + run < end) {  // \s+(?!\S): leave the last space to the next word
+      pos += run - 1;
+    } else {  // \s+
+      pos += std::max<size_t>(run, 1);
+    }
+    cuts->push_back(pos);
+  }
+}
+
 }  // namespace
 
 Status Tokenizer::FromGguf(const GgufFile& file, std::unique_ptr<Tokenizer>* out) {
@@ -106,8 +184,13 @@ Status Tokenizer::FromGguf(const GgufFile& file, std::unique_ptr<Tokenizer>* out
     tok->pre_ = PreTokenizer::kGpt2;
   } else if (pre == "smollm" || pre == "starcoder" || pre == "refact") {
     tok->pre_ = PreTokenizer::kDigitsThenGpt2;
+  } else if (pre == "qwen2") {
+    tok->pre_ = PreTokenizer::kQwen2;
+  } else if (pre == "llama-bpe" || pre == "llama3") {
+    tok->pre_ = PreTokenizer::kLlama3;
   } else {
-    return Status::Unsupported("pre-tokenizer '" + pre + "' (supported: gpt2, default, smollm, starcoder, refact)");
+    return Status::Unsupported("pre-tokenizer '" + pre +
+                               "' (supported: gpt2, default, smollm, starcoder, refact, qwen2, llama-bpe)");
   }
 
   const std::vector<std::string>* tokens = nullptr;
@@ -186,6 +269,32 @@ Status Tokenizer::FromGguf(const GgufFile& file, std::unique_ptr<Tokenizer>* out
       const size_t end = tmpl.find("' }}", begin);
       if (end != std::string::npos) tok->default_system_block_ = tmpl.substr(begin, end - begin);
     }
+    // Qwen2.5's template prints its default system turn as one string literal, with escaped line breaks:
+    //   {%- else %}{{- '<|im_start|>system\nYou are Qwen, ...<|im_end|>\n' }}
+    // Take the first '<|im_start|>system ...' literal that is a whole turn and is printed alone.
+    std::string unescaped;
+    for (size_t i = 0; i < tmpl.size(); ++i) {
+      if (tmpl[i] == '\\' && i + 1 < tmpl.size() && tmpl[i + 1] == 'n') {
+        unescaped.push_back('\n');
+        ++i;
+      } else {
+        unescaped.push_back(tmpl[i]);
+      }
+    }
+    const std::string turn_start = "'<|im_start|>system\n", turn_end = "<|im_end|>\n", printed_alone = "' }}";
+    for (size_t from = 0; tok->chatml_ && tok->default_system_block_.empty();) {
+      const size_t open = unescaped.find(turn_start, from);
+      if (open == std::string::npos) break;
+      const size_t close = unescaped.find('\'', open + 1);
+      if (close == std::string::npos) break;
+      const std::string literal = unescaped.substr(open + 1, close - open - 1);
+      if (literal.size() >= turn_end.size() &&
+          literal.compare(literal.size() - turn_end.size(), turn_end.size(), turn_end) == 0 &&
+          unescaped.compare(close, printed_alone.size(), printed_alone) == 0) {
+        tok->default_system_block_ = literal;
+      }
+      from = close + 1;
+    }
   }
   *out = std::move(tok);
   return Status::Ok();
@@ -212,7 +321,11 @@ std::vector<std::string> Tokenizer::PreTokenize(std::string_view text) const {
   std::vector<size_t> cuts;
   for (const auto& [begin, end] : pieces) {
     cuts.clear();
-    SplitGpt2(cps, begin, end, &cuts);
+    if (pre_ == PreTokenizer::kQwen2 || pre_ == PreTokenizer::kLlama3) {
+      SplitQwen2Style(cps, begin, end, pre_ == PreTokenizer::kQwen2 ? kQwen2MaxDigits : kLlama3MaxDigits, &cuts);
+    } else {
+      SplitGpt2(cps, begin, end, &cuts);
+    }
     size_t prev = begin;
     for (size_t cut : cuts) {
       std::string w;
@@ -231,6 +344,16 @@ void Tokenizer::EncodeWord(const std::string& word, std::vector<int32_t>* ids) c
     int prev, next;
     bool alive;
   };
+  if (pre_ == PreTokenizer::kLlama3) {
+    // llama.cpp's ignore_merges (set for LLAMA3): a word that is a vocabulary token is used as is.
+    std::string mapped;
+    for (char ch : word) mapped += byte_to_symbol_[uint8_t(ch)];
+    auto it = token_ids_.find(mapped);
+    if (it != token_ids_.end()) {
+      ids->push_back(it->second);
+      return;
+    }
+  }
   std::vector<Symbol> sym;
   sym.reserve(word.size());
   for (size_t i = 0; i < word.size(); ++i) {
