@@ -43,7 +43,7 @@ struct DecodeBenchConfig {
 
 struct DecodeBenchRow {
   std::string shape, path;  // path: bf16|fp8|tq3|minima
-  std::string isa;          // kernel family that ran: amx|avx512|scalar
+  std::string isa;          // kernel family that ran: amx, avx512, scalar, or amx+avx512 (minima, mixed)
   int64_t context = 0;
   int batch = 0;
   int threads = 0;
@@ -74,7 +74,7 @@ class DecodeBenchCase {
  public:
   static Status Create(const DecodeShape& shape, const std::string& path, int64_t context, int batch,
                        const DecodeBenchConfig& config, std::unique_ptr<DecodeBenchCase>* out);
-  // One decode step on `threads` threads (kernel family capped by `isa`: auto, avx512 or scalar).
+  // One decode step on `threads` threads with kernel family `isa` (auto, amx, avx512 or scalar).
   Status Step(int threads, const std::string& isa = "auto");
   double kv_bytes_read() const { return kv_bytes_read_; }
   double multiply_adds() const { return multiply_adds_; }
