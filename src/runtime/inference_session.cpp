@@ -18,6 +18,9 @@ namespace {
 
 float RoundFp16(float x) { return Fp16ToFloat(FloatToFp16(x)); }
 
+// The cache part of attention runs on at most this many threads (AttendCacheSplit).
+constexpr int kMaxCacheSplits = 8;
+
 // y = x / sqrt(mean(x^2) + eps) * weight. The sum of squares is accumulated in double, as ggml's rms_norm.
 void RmsNorm(const float* x, const float* weight, int n, float eps, float* y) {
   double sum = 0.0;
@@ -76,6 +79,14 @@ Status ParseKvMode(std::string_view name, KvMode* mode) {
 
 struct InferenceSession::Impl {
   explicit Impl(int threads) : pool(threads) {}
+  // Attention over the cache views of one sequence on the runtime's own threads: each format's pages are cut
+  // into pool.num_threads() contiguous ranges, thread i runs AttendMixedCpu (single-threaded) over its ranges
+  // of every format, and the partial states are merged by LSE. This keeps the persistent pool busy instead of
+  // AttendMixedCpu starting and joining its own threads twice per layer and decode step.
+  //   rows = query tokens x query heads; out [rows][head_dim], lse_log2 [rows].
+  Status AttendCacheSplit(std::span<const PagedKvView> views, const AttentionQueries& queries,
+                          const HadamardRotation* rotation, int64_t rows, int head_dim, float* out,
+                          float* lse_log2);
   const LlamaModel* model = nullptr;
   ThreadPool pool;
   MatMulScratch q8_scratch;
@@ -88,7 +99,61 @@ struct InferenceSession::Impl {
   FormatViewStorage view_storage[kNumKvFormats];
   // Activations, resized per chunk.
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, cache_out, cache_lse, chunk_lse;
+  std::vector<float> split_out, split_lse;  // partial states of splits 1.. (AttendCacheSplit)
 };
+
+Status InferenceSession::Impl::AttendCacheSplit(std::span<const PagedKvView> views, const AttentionQueries& queries,
+                                                const HadamardRotation* rotation, int64_t rows, int head_dim,
+                                                float* out, float* lse_log2) {
+  const int splits = std::min(pool.num_threads(), kMaxCacheSplits);
+  const size_t num_views = views.size();
+  // Sub-views: split s of view v takes pages [n * s / splits, n * (s + 1) / splits) of the (single) sequence;
+  // only the split holding the view's last page keeps its partial fill.
+  PagedKvView sub[kMaxCacheSplits][kNumKvFormats];
+  int32_t indptr[kMaxCacheSplits][kNumKvFormats][2];
+  int32_t full_page[kMaxCacheSplits][kNumKvFormats];
+  bool any_pages[kMaxCacheSplits] = {};
+  for (int sp = 0; sp < splits; ++sp) {
+    for (size_t v = 0; v < num_views; ++v) {
+      const PagedKvView& view = views[v];
+      const int32_t n = view.page_indptr[1] - view.page_indptr[0];
+      const int32_t begin = int32_t(int64_t(n) * sp / splits), end = int32_t(int64_t(n) * (sp + 1) / splits);
+      PagedKvView& sv = sub[sp][v];
+      sv = view;
+      indptr[sp][v][0] = 0;
+      indptr[sp][v][1] = end - begin;
+      sv.page_indptr = indptr[sp][v];
+      sv.page_ids = view.page_ids + view.page_indptr[0] + begin;
+      full_page[sp][v] = view.layout.page_tokens;
+      sv.last_page_tokens = end == n ? view.last_page_tokens : &full_page[sp][v];
+      any_pages[sp] = any_pages[sp] || end > begin;
+    }
+  }
+  split_out.resize(size_t((splits - 1) * rows * head_dim));
+  split_lse.resize(size_t((splits - 1) * rows));
+  Status results[kMaxCacheSplits];
+  pool.ParallelForEach(splits, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t sp = s0; sp < s1; ++sp) {
+      float* o = sp == 0 ? out : split_out.data() + (sp - 1) * rows * head_dim;
+      float* lse = sp == 0 ? lse_log2 : split_lse.data() + (sp - 1) * rows;
+      if (!any_pages[sp]) {  // an empty state: contributes nothing to the merge
+        std::fill(o, o + rows * head_dim, 0.0f);
+        std::fill(lse, lse + rows, -INFINITY);
+        continue;
+      }
+      CpuAttentionOptions opts;
+      opts.num_threads = 1;
+      results[sp] = AttendMixedCpu(std::span<const PagedKvView>(sub[sp], num_views), queries, rotation, o, lse, opts);
+    }
+  });
+  for (int sp = 0; sp < splits; ++sp) MINIMAKV_RETURN_IF_ERROR(std::move(results[sp]));
+  for (int sp = 1; sp < splits; ++sp) {
+    const float* o = split_out.data() + (sp - 1) * rows * head_dim;
+    const float* lse = split_lse.data() + (sp - 1) * rows;
+    for (int64_t r = 0; r < rows; ++r) MergePartialState(out + r * head_dim, &lse_log2[r], o + r * head_dim, lse[r], head_dim);
+  }
+  return Status::Ok();
+}
 
 InferenceSession::~InferenceSession() = default;
 
@@ -302,8 +367,6 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
         }
         float* out = T == 1 ? im.attn.data() : (im.cache_out.resize(size_t(T * q_dim)), im.cache_out.data());
         im.cache_lse.resize(size_t(T * nq));
-        CpuAttentionOptions opts;
-        opts.num_threads = options_.num_threads;
         const int32_t q_indptr[2] = {0, int32_t(T)};
         AttentionQueries queries;
         queries.q = im.q.data();
@@ -311,9 +374,8 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
         queries.num_seqs = 1;
         queries.num_q_heads = nq;
         queries.sm_scale = sm_scale;
-        im.pool.Park();  // AttendMixedCpu runs its own threads
-        MINIMAKV_RETURN_IF_ERROR(AttendMixedCpu(std::span<const PagedKvView>(views, size_t(num_views)), queries,
-                                                &cache.rotation(), out, im.cache_lse.data(), opts));
+        MINIMAKV_RETURN_IF_ERROR(im.AttendCacheSplit(std::span<const PagedKvView>(views, size_t(num_views)), queries,
+                                                     &cache.rotation(), T * nq, hd, out, im.cache_lse.data()));
       }
       if (T > 1) {
         // The cache part above read the cache as it was; the chunk's own part below reads im.k / im.v.

@@ -250,6 +250,38 @@ TEST_F(TinyModel, RejectsBadTokensAndOverflow) {
   EXPECT_EQ(ParseKvMode("fp4", &mode).code(), StatusCode::kInvalidArgument);
 }
 
+// With 2 threads the cache part of attention is split into page ranges (one AttendMixedCpu per thread, LSE
+// merge); with 1 thread it is not. Both must agree up to fp32 rounding (amplified by the 8-bit activation codes
+// of later matmuls), in every paged mode, over a prompt of several pages plus decode steps.
+TEST_F(TinyModel, CacheAttentionSplitOverThreadsMatchesOneThread) {
+  const std::vector<int32_t> prompt = Prompt(100, 9);
+  const std::vector<int32_t> next = Prompt(10, 10);
+  for (KvMode mode : kAllPagedKvModes) {
+    std::vector<float> by_threads[2];
+    for (int threads : {1, 2}) {
+      SessionOptions o;
+      o.mode = mode;
+      o.max_tokens = 256;
+      o.page_tokens = 16;
+      o.anchor_tokens = 16;
+      o.recent_tokens = 32;
+      o.num_threads = threads;
+      std::unique_ptr<InferenceSession> s;
+      ASSERT_TRUE(InferenceSession::Create(model_.get(), o, &s).ok());
+      std::vector<float> logits;
+      ASSERT_TRUE(s->Forward(std::span(prompt).first(60), true, &logits).ok());  // chunk 2 reads the cache
+      by_threads[threads - 1] = logits;
+      ASSERT_TRUE(s->Forward(std::span(prompt).subspan(60), true, &logits).ok());
+      by_threads[threads - 1].insert(by_threads[threads - 1].end(), logits.begin(), logits.end());
+      for (int32_t t : next) {
+        ASSERT_TRUE(s->Forward({&t, 1}, false, &logits).ok());
+        by_threads[threads - 1].insert(by_threads[threads - 1].end(), logits.begin(), logits.end());
+      }
+    }
+    EXPECT_LT(MaxAbsDiff(by_threads[0], by_threads[1]) / MaxAbs(by_threads[0]), 2e-3) << KvModeName(mode);
+  }
+}
+
 TEST(QuantMatmul, SimdMatchesScalarAndDequantizedReference) {
   std::mt19937 rng(9);
   const int64_t cols = 256, blocks = cols / 32;
