@@ -1,11 +1,13 @@
 // The one place that decides which CPU kernel family runs for a format. Supported families: AMX when the CPU
 // has it and the OS granted tile state (kernels/cpu/cpu_kernels_amx.cpp), AVX-512 when the CPU reports every
 // feature that translation unit was compiled for (kernels/cpu/cpu_kernels_avx512.cpp), the scalar kernels
-// always. CpuKernelFamily::kAuto picks per format what measured fastest on this project's AMX machine
-// (docs/BENCHMARKS.md, minimakv bench --isa auto,amx,avx512): AMX for FP8 and TQ3, whose AVX-512 kernels spend
-// most of their time widening codes (one expansion feeds three tile products instead of 4 x 2 FMAs per
-// 16 values), and AVX-512 for BF16, which needs no widening and whose AMX kernel pays for the extra query and
-// weight parts and the VNNI value copy. "Is it supported" and "what runs" come from the same function.
+// always. CpuKernelFamily::kAuto picks per format what measured fastest on this project's AMX machine in
+// `minimakv bench --isa auto,avx512` (8 KV heads, 4K-64K tokens, 1 and 2 threads; see the helper report):
+// AMX for FP8, whose AVX-512 kernel spends most of its time widening E4M3 codes (the AMX kernel widens each
+// code once to bf16 and runs the products on the tile unit); AVX-512 for BF16 (no widening to save, the AMX
+// kernel pays for the extra query and weight parts and the VNNI value copy) and for TQ3 (its AMX kernel needs
+// two centroid parts per value and measured 0-25% slower there, although 20% faster on a single-head cold
+// test). "Is it supported" and "what runs" come from the same function.
 #include <cstdlib>
 #include <cstring>
 
@@ -48,7 +50,7 @@ CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format) {
   if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
   CpuIsa wanted = CpuIsa::kAmx;
   switch (family) {
-    case CpuKernelFamily::kAuto: wanted = format == KvFormat::kBf16 ? CpuIsa::kAvx512 : CpuIsa::kAmx; break;
+    case CpuKernelFamily::kAuto: wanted = format == KvFormat::kFp8 ? CpuIsa::kAmx : CpuIsa::kAvx512; break;
     case CpuKernelFamily::kAmx: wanted = CpuIsa::kAmx; break;
     case CpuKernelFamily::kAvx512: wanted = CpuIsa::kAvx512; break;
     case CpuKernelFamily::kScalar: wanted = CpuIsa::kScalar; break;

@@ -27,7 +27,8 @@
 // query tiles use the key order, and the accumulators are un-permuted once at the end.
 //
 // Measured (one KV head, GQA 4, d 128, caches flushed, one thread, time relative to the AVX-512 kernels): FP8
-// 0.86x, TQ3 0.79x, BF16 1.07x; the dispatcher therefore runs AMX for FP8 and TQ3 only (cpu_dispatch.cpp).
+// 0.86x, TQ3 0.79x, BF16 1.07x; in `minimakv bench` (8 KV heads, 1-2 threads) only FP8 held its lead, so the
+// dispatcher runs AMX for FP8 only by default (cpu_dispatch.cpp).
 // Tried and measured slower here: expanding a whole 64-key block before its tile products, and double-
 // buffered scratch tiles with C read back one round later (both aimed at the stalls of a tile load right
 // after the stores that fill it, and of vector loads right after a tile store).
