@@ -38,8 +38,7 @@ void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   while (true) {
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations &&
-           !park_.load(std::memory_order_relaxed)) {
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
       ++spins;
       _mm_pause();
     }
@@ -70,7 +69,6 @@ void ThreadPool::Run(int64_t n, int64_t grain, bool one_grain_per_chunk, RangeFn
   chunk_size_ = grains_per_chunk * grain;
   num_chunks_ = (n + chunk_size_ - 1) / chunk_size_;
   next_chunk_.store(0);
-  park_.store(false, std::memory_order_relaxed);
   pending_workers_.store(int(workers_.size()));
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -25,9 +25,6 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return int(workers_.size()) + 1; }
-  // Workers stop spinning and sleep until the next loop: call before handing the cores to code with its own
-  // threads (AttendMixedCpu), where a spinning worker would take a core from them.
-  void Park() { park_.store(true, std::memory_order_relaxed); }
   // fn(begin, end) over contiguous chunks of [0, n); chunk boundaries are multiples of `grain`.
   template <class Fn>
   void ParallelFor(int64_t n, int64_t grain, Fn&& fn) {
@@ -62,7 +59,6 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_workers_{0};
   std::atomic<int64_t> next_chunk_{0};
-  std::atomic<bool> park_{false};
   int64_t num_chunks_ = 0;
   int64_t chunk_size_ = 0;
   int64_t n_ = 0;
