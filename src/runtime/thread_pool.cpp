@@ -6,9 +6,12 @@
 
 namespace minimakv {
 namespace {
-// Pause-spin iterations before a worker sleeps on the condition variable (~50 microseconds). Spinning with
-// sched_yield instead cost a third of decode time in system calls on a busy 2-core machine.
-constexpr int kSpinIterations = 2000;
+// Pause-spin iterations before a worker sleeps on the condition variable (~20 microseconds at ~140 cycles per
+// pause on Sapphire Rapids): long enough to bridge the serial gaps between a decode step's loops (norms, RoPE,
+// appends), short enough not to burn a shared core. Measured on the loaded 2-core machine, 2K-context minima
+// decode: 400 iterations 25-34 ms CPU per token against 30-39 ms with 2000. Spinning with sched_yield instead
+// cost a third of decode time in system calls.
+constexpr int kSpinIterations = 400;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
