@@ -2,7 +2,8 @@
 """Writes tests/fixtures/smollm2_tokens.json: token ids llama.cpp (through llama-cpp-python) produces for a set
 of texts with the default SmolLM2 GGUF. The minimakv tokenizer test must reproduce them exactly.
 Usage: python3 scripts/make_token_fixtures.py MODEL.gguf > tests/fixtures/smollm2_tokens.json
-       python3 scripts/make_token_fixtures.py QWEN.gguf --label "..." --extra-cases > tests/fixtures/qwen2_5_coder_tokens.json
+       python3 scripts/make_token_fixtures.py QWEN.gguf --label "..." --extra-cases \
+           > tests/fixtures/qwen2_5_coder_tokens.json
 --extra-cases adds texts aimed at the qwen2 / llama-bpe split rules (digit runs, \r\n runs, a symbol or tab
 before a word, upper-case contractions).
 """
