@@ -22,7 +22,7 @@
 // A hot page shared by owners that see it in different tiers takes the hottest (recent > anchor > stale).
 // A TQ3 page is always stale_tq3, even if a pin covers it later (TQ3 is lossy: it cannot go back to FP8).
 // stale_kept_hot: stale pages still in the hot format because the TQ3 pool was full, conversion is
-// disabled (policy or a BF16 control cache), or the vector's norm overflows the TQ3 fp16 scale.
+// disabled (policy, a hot layer, or a BF16 control cache), or the vector's norm overflows the TQ3 fp16 scale.
 #pragma once
 
 #include <cstddef>

@@ -175,6 +175,7 @@ class PagedCache {
   // Conversion sharing (see the header comment): tq3_of_fp8_[fp8 page] = its TQ3 conversion or -1, and the
   // reverse map, both cleared when either page is freed.
   std::vector<int32_t> tq3_of_fp8_;
+  std::vector<bool> is_hot_layer_;  // [num_layers], from RetentionPolicy::hot_layers
   std::vector<int32_t> fp8_of_tq3_;
 };
 

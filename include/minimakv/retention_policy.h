@@ -9,7 +9,13 @@
 // Recommended defaults (the paper's setting, used by `minimakv plan` unless told otherwise):
 //   anchor_tokens = 256, recent_tokens = 1024.
 // Only full pages are ever converted; the partly-filled last page of a sequence is always recent.
+// Hot layers: layers whose pages never leave the hot format. For models whose keys in a few layers are dominated
+// by a large per-layer component that 3-bit codes cannot carry next to the per-token part: Qwen2.5-Coder-1.5B's
+// layer-0 key bias reaches 354 (rms 77; layer 1: 111; later layers < 14), and with those layers in TQ3 its
+// passkey answers fail where FP8 answers them (docs/BENCHMARKS.md, section 5).
 #pragma once
+
+#include <vector>
 
 namespace minimakv {
 
@@ -17,6 +23,7 @@ struct RetentionPolicy {
   int recent_tokens = 1024;          // R: >= 0
   int anchor_tokens = 256;           // A: >= 0, the first A tokens of every sequence
   bool convert_stale_to_tq3 = true;  // false: stale pages stay in the hot format (e.g. an FP8-only control)
+  std::vector<int> hot_layers;       // layer indices in [0, num_layers) kept in the hot format; may repeat
 };
 
 inline constexpr int kRecommendedRecentTokens = 1024;

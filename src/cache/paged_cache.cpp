@@ -70,8 +70,16 @@ Status PagedCache::Create(const CacheConfig& config, std::unique_ptr<PagedCache>
     return Status::InvalidArgument("RetentionPolicy.anchor_tokens = " + std::to_string(config.policy.anchor_tokens) +
                                    " must be >= 0");
   }
+  for (int layer : config.policy.hot_layers) {
+    if (layer < 0 || layer >= config.num_layers) {
+      return Status::InvalidArgument("RetentionPolicy.hot_layers entry " + std::to_string(layer) +
+                                     " is outside [0, " + std::to_string(config.num_layers) + ")");
+    }
+  }
   std::unique_ptr<PagedCache> cache(new PagedCache());
   cache->config_ = config;
+  cache->is_hot_layer_.assign(size_t(config.num_layers), false);
+  for (int layer : config.policy.hot_layers) cache->is_hot_layer_[size_t(layer)] = true;
   MINIMAKV_RETURN_IF_ERROR(HadamardRotation::Create(config.head_dim, config.rotation_seed, &cache->rotation_));
   for (int f = 0; f < kNumKvFormats; ++f) {
     if (config.pool_bytes[f] == 0) continue;
@@ -257,6 +265,7 @@ bool PagedCache::IsProtected(const Sequence& sequence, size_t page_index) const 
 void PagedCache::MaybeConvert(const Sequence& sequence, BlockTable* table, size_t page_index) {
   PageRef& entry = table->pages[page_index];
   if (entry.format != KvFormat::kFp8 || !config_.policy.convert_stale_to_tq3) return;
+  if (is_hot_layer_[size_t(table - sequence.layers.data())]) return;
   PagePool* tq3_pool = MutablePool(KvFormat::kTq3);
   if (tq3_pool == nullptr) return;
   if (page_index >= StaleBoundary(table->num_tokens, config_.policy.recent_tokens, config_.page_tokens)) return;

@@ -105,6 +105,8 @@ TEST(PagedCacheCreate, RejectsBadConfigsNamingTheField) {
       {"recent_tokens", [](CacheConfig* c) { c->policy.recent_tokens = -1; }},
       {"anchor_tokens", [](CacheConfig* c) { c->policy.anchor_tokens = -2; }},
       {"tq3 pool budget 100", [](CacheConfig* c) { c->pool_bytes[int(KvFormat::kTq3)] = 100; }},
+      {"hot_layers entry 1", [](CacheConfig* c) { c->policy.hot_layers = {0, 1}; }},  // one layer: [0, 1)
+      {"hot_layers entry -1", [](CacheConfig* c) { c->policy.hot_layers = {-1}; }},
   };
   for (const Case& c : cases) {
     CacheConfig config = TinyConfig(4, 4, 4, 4);
@@ -197,6 +199,26 @@ TEST(PagedCache, RetentionConvertsStalePagesAndKeepsFp8WhenTq3PoolIsFull) {
   // ApplyRetention retries the page and finds the TQ3 pool still full: not an error, nothing changes.
   EXPECT_TRUE(cache->ApplyRetention(a).ok());
   EXPECT_EQ(Pages(*cache, a)[3], Fp8(3));
+}
+
+// A hot layer keeps its stale pages FP8 (accounted as stale kept hot) while the other layer converts.
+TEST(PagedCache, HotLayersNeverConvert) {
+  CacheConfig config = TinyConfig(8, 4, 4, 0);
+  config.num_layers = 2;
+  config.policy.hot_layers = {1};
+  auto cache = MakeCache(config);
+  SeqId a = -1;
+  ASSERT_TRUE(cache->AddSequence(&a).ok());
+  AppendRandom(cache.get(), a, 12, 31, /*layer=*/0);
+  AppendRandom(cache.get(), a, 12, 32, /*layer=*/1);
+  EXPECT_EQ(Pages(*cache, a, 0), (std::vector<PageRef>{Tq3(0), Tq3(1), Fp8(2)}));
+  EXPECT_EQ(Pages(*cache, a, 1), (std::vector<PageRef>{Fp8(1), Fp8(0), Fp8(3)}));  // LIFO: layer 0 freed 0 then 1
+  EXPECT_TRUE(cache->ApplyRetention(a).ok());
+  EXPECT_EQ(Pages(*cache, a, 1), (std::vector<PageRef>{Fp8(1), Fp8(0), Fp8(3)}));  // LIFO: layer 0 freed 0 then 1
+  const KvAccounting acc = cache->Accounting();
+  EXPECT_EQ(acc.stale_tq3_token_layers, 8);
+  EXPECT_EQ(acc.stale_kept_hot_token_layers, 8);
+  EXPECT_EQ(acc.recent_token_layers, 8);
 }
 
 TEST(PagedCache, ApplyRetentionRetriesPagesKeptFp8OnceTq3SpaceFrees) {
