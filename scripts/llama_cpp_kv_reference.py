@@ -71,12 +71,13 @@ def run_kld(args):
     del tokenizer
     win = min(args.window, len(ids))
     windows = min(args.windows, len(ids) // win)
-    sums = {name: collections.Counter() for name in KV_TYPES}
+    types = {name: KV_TYPES[name] for name in args.kv_types.split(",")}
+    sums = {name: collections.Counter() for name in types}
     for w in range(windows):
         window_ids = ids[w * win:(w + 1) * win]
         targets = np.array(window_ids[1:])
         ref_logp = None  # float32 [win - 1, vocab] of the f16 run
-        for name, (kv_type, _) in KV_TYPES.items():
+        for name, (kv_type, _) in types.items():
             llm = make_llm(args.model, kv_type, win, True)
             llm.reset()
             for c0 in range(0, win, args.chunk):
@@ -97,7 +98,7 @@ def run_kld(args):
                 s["positions"] += r1 - r0
             del llm
             print(f"kld window {w + 1}/{windows} {name} done", file=sys.stderr, flush=True)
-    for name, (_, bits) in KV_TYPES.items():
+    for name, (_, bits) in types.items():
         s = sums[name]
         n = max(1, s["positions"])
         print(json.dumps({"kind": "kld", "kv_type": name, "bits_per_value": bits, "kld": s["kld"] / n,
@@ -116,7 +117,7 @@ def run_niah(args):
         per_context[c["context"]] += 1
         chosen.append(c)
     f16_digits = {}
-    for name, (kv_type, bits) in KV_TYPES.items():
+    for name, (kv_type, bits) in {name: KV_TYPES[name] for name in args.kv_types.split(",")}.items():
         tally = collections.defaultdict(collections.Counter)
         rates = collections.defaultdict(list)
         llm = make_llm(args.model, kv_type, max(c["context"] for c in chosen) + args.answer_tokens + 8, False)
@@ -159,6 +160,7 @@ def main():
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=256)
     ap.add_argument("--skip-kld", action="store_true")
+    ap.add_argument("--kv-types", default="f16,bf16,q8_0,q4_0", help="f16 first: the others are compared to it")
     ap.add_argument("--cases", help="JSON lines from `minimakv eval niah --dump-cases FILE`")
     ap.add_argument("--max-cases-per-context", type=int, default=0, help="0: all")
     ap.add_argument("--answer-tokens", type=int, default=8)
