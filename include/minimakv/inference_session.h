@@ -41,6 +41,7 @@ struct SessionOptions {
   int page_tokens = 64;
   int recent_tokens = 1024;  // minima mode
   int anchor_tokens = 256;   // minima and tq3 modes
+  std::vector<int> hot_layers;  // tq3 and minima modes: layers kept FP8 (RetentionPolicy::hot_layers)
   bool emulate_llama_cpp_f16 = true;  // dense mode only
 };
 

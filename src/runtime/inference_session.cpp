@@ -193,6 +193,7 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
     };
     cc.policy.anchor_tokens = options.anchor_tokens;
     cc.policy.recent_tokens = options.recent_tokens;
+    cc.policy.hot_layers = options.hot_layers;
     switch (options.mode) {
       case KvMode::kBf16:
         cc.hot_format = KvFormat::kBf16;

@@ -58,7 +58,7 @@ Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model) {
   return s;
 }
 
-Status MakeSessions(const LlamaModel* model, int max_tokens, int threads,
+Status MakeSessions(const LlamaModel* model, int max_tokens, int threads, const std::vector<int>& hot_layers,
                     std::vector<std::unique_ptr<InferenceSession>>* sessions) {
   sessions->clear();
   for (KvMode mode : kAllPagedKvModes) {
@@ -66,6 +66,7 @@ Status MakeSessions(const LlamaModel* model, int max_tokens, int threads,
     o.mode = mode;
     o.num_threads = threads;
     o.max_tokens = max_tokens;
+    o.hot_layers = hot_layers;
     std::unique_ptr<InferenceSession> s;
     MINIMAKV_RETURN_IF_ERROR(InferenceSession::Create(model, o, &s));
     sessions->push_back(std::move(s));
@@ -110,6 +111,7 @@ int RunNiah(const std::vector<std::string>& args) {
   std::vector<int64_t> contexts = {2048, 4096, 8192};
   std::vector<int64_t> depth_percents = {10, 20, 30, 40, 50, 60, 70, 80, 90};
   int seeds = 10, threads = 2, answer_tokens = 8;
+  std::vector<int> hot_layers;
   bool json = false;
   std::string progress_flag = "auto", dump_cases_path;
   ArgParser parser(command,
@@ -122,6 +124,7 @@ int RunNiah(const std::vector<std::string>& args) {
   parser.AddInt("seeds", "passkeys per (context, depth)", &seeds);
   parser.AddInt("answer-tokens", "tokens decoded per answer at most", &answer_tokens);
   parser.AddInt("threads", "CPU threads", &threads);
+  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, context, accuracy, agreement_with_bf16, cases", &json);
   parser.AddString("dump-cases", "PATH",
@@ -154,7 +157,7 @@ int RunNiah(const std::vector<std::string>& args) {
         s = BuildPasskeyCase(tok, contexts[ci], double(depth) / 100.0, NiahSeed(ci, depth, seed), &pc);
         if (!s.ok()) return ReportError(command, s);
         std::vector<std::unique_ptr<InferenceSession>> sessions;
-        s = MakeSessions(model.get(), int(pc.prompt_ids.size()) + answer_tokens + 1, threads, &sessions);
+        s = MakeSessions(model.get(), int(pc.prompt_ids.size()) + answer_tokens + 1, threads, hot_layers, &sessions);
         if (!s.ok()) return ReportError(command, s);
         std::vector<InferenceSession*> raw;
         for (auto& x : sessions) raw.push_back(x.get());
@@ -228,6 +231,7 @@ int RunKld(const std::vector<std::string>& args) {
   std::string model_path = DefaultModelPath();
   std::string text_path = kDefaultKldText;
   int window = 8192, chunk = 256, max_windows = 3, threads = 2;
+  std::vector<int> hot_layers;
   bool json = false;
   std::string progress_flag = "auto";
   ArgParser parser(command,
@@ -241,6 +245,7 @@ int RunKld(const std::vector<std::string>& args) {
   parser.AddInt("chunk", "tokens per forward chunk", &chunk);
   parser.AddInt("windows", "windows at most", &max_windows);
   parser.AddInt("threads", "CPU threads", &threads);
+  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, bits_per_value, kld, top1_agreement, ppl", &json);
   int exit_code = kExitOk;
@@ -272,7 +277,7 @@ int RunKld(const std::vector<std::string>& args) {
   std::vector<int32_t> ref_top;
   for (int64_t w = 0; w < windows; ++w) {
     std::vector<std::unique_ptr<InferenceSession>> sessions;
-    s = MakeSessions(model.get(), int(win), threads, &sessions);
+    s = MakeSessions(model.get(), int(win), threads, hot_layers, &sessions);
     if (!s.ok()) return ReportError(command, s);
     const int32_t* window_ids = ids.data() + w * win;
     for (int64_t c0 = 0; c0 < win; c0 += chunk) {

@@ -32,6 +32,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   parser.AddDouble("top-p", "nucleus sampling mass", &top_p);
   parser.AddInt("seed", "sampling seed", &seed);
   parser.AddInt("threads", "CPU threads", &threads);
+  std::vector<int> hot_layers;
+  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
   parser.AddBool("raw", "feed the prompt as is (no chat template)", &raw);
   parser.AddBool("ids", "also print the generated token ids", &show_ids);
   parser.AddBool("json", "print one JSON object: prompt_tokens, ids, text, prefill/decode tokens per second", &json);
@@ -55,6 +57,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   s = ParseKvMode(mode_name, &options.mode);
   if (!s.ok()) return ReportError(command, s);
   options.num_threads = threads;
+  options.hot_layers = hot_layers;
   options.max_tokens = int(ids.size()) + max_new_tokens + 1;
   std::unique_ptr<InferenceSession> session;
   s = InferenceSession::Create(model.get(), options, &session);
