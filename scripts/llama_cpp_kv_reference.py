@@ -34,9 +34,13 @@ DEFAULT_TEXT = ",".join("/usr/share/common-licenses/" + n
 ROWS_PER_BLOCK = 256  # log-softmax in blocks: a window of 8K x 49K vocab in float64 would be 3 GB
 
 
+FLASH_ATTN = True  # --no-flash-attn: only for f16 (a quantized V cache needs flash attention)
+
+
 def make_llm(model, kv_type, n_ctx, logits_all):
     return llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=512, n_threads=2, n_threads_batch=2,
-                           flash_attn=True, type_k=kv_type, type_v=kv_type, logits_all=logits_all, verbose=False)
+                           flash_attn=FLASH_ATTN, type_k=kv_type, type_v=kv_type, logits_all=logits_all,
+                           verbose=False)
 
 
 def log_softmax(x):
@@ -164,7 +168,10 @@ def main():
     ap.add_argument("--cases", help="JSON lines from `minimakv eval niah --dump-cases FILE`")
     ap.add_argument("--max-cases-per-context", type=int, default=0, help="0: all")
     ap.add_argument("--answer-tokens", type=int, default=8)
+    ap.add_argument("--no-flash-attn", action="store_true")
     args = ap.parse_args()
+    global FLASH_ATTN
+    FLASH_ATTN = not args.no_flash_attn
     disable_extra_buffer_types()
     if not args.skip_kld:
         run_kld(args)
