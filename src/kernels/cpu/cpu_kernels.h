@@ -43,9 +43,9 @@ void AttendAmx(const KernelTask& task);
 // True when the CPU has AMX-TILE, AMX-BF16 and the AVX-512 subset the AMX kernels use, and the OS granted this
 // process tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool AmxUsable();
-// The TQ3 centroid split the AMX kernels use (8 entries each, index = sign << 2 | magnitude):
-// Tq3Centroid(i) ~= mu * (bf16 hi[i] + bf16 lo[i]). For the exactness test.
-void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu);
+// The bf16 table the AMX kernels hold TQ3 codes as (8 entries, index = sign << 2 | magnitude): the signed
+// units, Tq3Centroid(i) * kTq3UnitsPerMagnitude; 1/alpha goes into each vector's scale. For the exactness test.
+void Tq3AmxCentroidUnits(uint16_t* units_bf16);
 
 // Kernel families, in increasing order of capability.
 enum class CpuIsa { kScalar, kAvx512, kAmx };

@@ -10,10 +10,10 @@
 //     truncation: each remainder is exact in fp32 and the last one has at most 8 significant bits);
 //   * BF16 values are bf16; E4M3 values are exact in bf16 (3-bit mantissa, exponents 2^-9..2^8), their fp32
 //     scale is applied afterwards;
-//   * TQ3 centroids are not exact in bf16. We store c_m / mu as hi + lo bf16 parts and multiply by mu with the
-//     per-vector scale, where mu (kTq3MuBits) was chosen by exhaustive search over the fp32 values in [0.5, 1) so
-//     that mu * (hi_m + lo_m) equals c_m within 2.8e-8 relative for all four magnitudes (below fp32's 6e-8;
-//     the unit test checks this bound). Two key tiles and two value tiles per TQ3 step instead of three.
+//   * TQ3 centroids are units / alpha (tq3_codec.h: kTq3MagnitudeUnits, 8 significant bits at most, so exact in
+//     bf16; alpha = kTq3UnitsPerMagnitude): the key and value tiles hold the signed units as one exact bf16 part
+//     and 1/alpha is folded into each vector's fp32 scale (fp16 scale / alpha, one fp32 rounding, as the
+//     reference's fp32 centroid float(B / alpha) is one rounding). One key tile and one value tile per step.
 //
 // One task (one KV head, R <= 8 query rows of a GQA group), per block of <= 64 keys of a page:
 //   scores  C[16 keys x (3R columns)] = K[16 keys x 32 coords] * Qparts[32 coords x 3R], per 32 coordinates;
@@ -72,8 +72,6 @@ constexpr int kMaxColumns = 2 * kTileCols;  // kQueryParts * kMaxTaskRows = 24 f
 constexpr int kFp8TableEntries = 128;
 constexpr int kTq3Indices = 8;
 
-// mu for TQ3 (fp32 bits 0x3f6facad = 0.936228573): see the file comment.
-constexpr uint32_t kTq3MuBits = 0x3f6facadu;
 
 // Taylor coefficients of 2^f (see cpu_kernels_avx512.cpp): relative error ~5e-9 on |f| <= 0.5.
 constexpr float kExp2Taylor[8] = {1.0f,
@@ -193,24 +191,22 @@ MINIMAKV_AMX_TARGET inline void Transpose16(const __m512 (&in)[16], __m512 (&out
   }
 }
 
-// ---- codecs: Expand writes kZmm registers of 32 bf16 per part for one step of kStepCoords coordinates, in
+// ---- codecs: Expand writes kZmm registers of 32 exact bf16 (one part: see the file comment) for one step of kStepCoords coordinates, in
 // the codec's expansion order; Coordinate(e) is the coordinate at expansion position e (0 <= e < head_dim).
 
 struct Bf16Amx {
   static constexpr KvFormat kFormat = KvFormat::kBf16;
-  static constexpr int kParts = 1;
   static constexpr int kZmm = 1;
   static constexpr int kStepCoords = 32;
   static int Coordinate(int e) { return e; }
   struct State {};
-  MINIMAKV_AMX_TARGET static void Expand(const State&, const uint8_t* codes, int step, __m512i (&out)[kZmm][kParts]) {
-    out[0][0] = _mm512_loadu_si512(codes + 64 * step);
+  MINIMAKV_AMX_TARGET static void Expand(const State&, const uint8_t* codes, int step, __m512i (&out)[kZmm]) {
+    out[0] = _mm512_loadu_si512(codes + 64 * step);
   }
 };
 
 struct Fp8Amx {
   static constexpr KvFormat kFormat = KvFormat::kFp8;
-  static constexpr int kParts = 1;
   static constexpr int kZmm = 2;
   static constexpr int kStepCoords = 64;
   // Register z, word w (128-bit lane L = w / 8, k = w % 8) holds coordinate 16 L + 8 z + k of the step.
@@ -239,54 +235,48 @@ struct Fp8Amx {
     s.low_hi = _mm512_loadu_si512(low + 64);
     return s;
   }
-  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm][kParts]) {
+  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm]) {
     const __m512i c = _mm512_loadu_si512(codes + 64 * step);
     __m512i top = _mm512_permutex2var_epi8(s.top_lo, c, s.top_hi);  // bit 7 of the index is ignored
     top = _mm512_ternarylogic_epi32(top, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // top | (c & 0x80): the sign
     const __m512i low = _mm512_permutex2var_epi8(s.low_lo, c, s.low_hi);
-    out[0][0] = _mm512_unpacklo_epi8(low, top);
-    out[1][0] = _mm512_unpackhi_epi8(low, top);
+    out[0] = _mm512_unpacklo_epi8(low, top);
+    out[1] = _mm512_unpackhi_epi8(low, top);
   }
 };
 
 struct Tq3Amx {
   static constexpr KvFormat kFormat = KvFormat::kTq3;
-  static constexpr int kParts = 2;
   static constexpr int kZmm = 1;
   static constexpr int kStepCoords = 32;
   static int Coordinate(int e) { return e; }
   struct State {
-    __m512i hi_table, lo_table;  // bf16 parts of c[index] / mu, index = sign << 2 | magnitude (8 of 32 words)
+    __m512i table;  // bf16 bits of the signed unit of each index = sign << 2 | magnitude (8 of 32 words)
     __m512i one, two, four;
   };
   MINIMAKV_AMX_TARGET static State MakeState() {
-    alignas(64) uint16_t hi[kTileBf16] = {};
-    alignas(64) uint16_t lo[kTileBf16] = {};
-    Tq3AmxParts(hi, lo);
+    alignas(64) uint16_t units[kTileBf16] = {};
+    Tq3AmxUnits(units);
     State s;
-    s.hi_table = _mm512_load_si512(hi);
-    s.lo_table = _mm512_load_si512(lo);
+    s.table = _mm512_load_si512(units);
     s.one = _mm512_set1_epi16(1);
     s.two = _mm512_set1_epi16(2);
     s.four = _mm512_set1_epi16(4);
     return s;
   }
-  // hi[i], lo[i]: bf16 bits with c[i] / mu = hi + lo (to bf16 rounding), for the 8 indices.
-  static void Tq3AmxParts(uint16_t* hi, uint16_t* lo) {
-    const double mu = double(FloatFromBits(kTq3MuBits));
+  // units[i]: bf16 bits of Tq3Centroid(i) * alpha, i.e. of +-kTq3MagnitudeUnits[i & 3] (exact, see the file comment).
+  static void Tq3AmxUnits(uint16_t* units) {
     for (int i = 0; i < kTq3Indices; ++i) {
-      const double x = double(Tq3Centroid(i)) / mu;
-      hi[i] = FloatToBf16(float(x));
-      lo[i] = FloatToBf16(float(x - double(Bf16ToFloat(hi[i]))));
+      const float unit = kTq3MagnitudeUnits[i & 3];
+      units[i] = FloatToBf16((i & 4) ? -unit : unit);
     }
   }
-  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm][kParts]) {
+  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm]) {
     const uint8_t* group = codes + 12 * step;  // three uint32 bit planes (tq3_codec.h)
     __m512i index = _mm512_maskz_mov_epi16(LoadMask32(group), s.one);
     index = _mm512_mask_add_epi16(index, LoadMask32(group + 4), index, s.two);
     index = _mm512_mask_add_epi16(index, LoadMask32(group + 8), index, s.four);
-    out[0][0] = _mm512_permutexvar_epi16(index, s.hi_table);
-    out[0][1] = _mm512_permutexvar_epi16(index, s.lo_table);
+    out[0] = _mm512_permutexvar_epi16(index, s.table);
   }
 };
 
@@ -302,12 +292,12 @@ MINIMAKV_AMX_TARGET typename Codec::State MakeCodecState() {
 template <typename Codec>
 MINIMAKV_AMX_TARGET void LoadScales(const uint8_t* stored, int n, float* scales) {
   if constexpr (Codec::kFormat == KvFormat::kTq3) {
-    // fp16 scales times mu (one fp32 rounding), 16 at a time.
-    const __m512 mu = _mm512_set1_ps(FloatFromBits(kTq3MuBits));
+    // fp16 scales / alpha (one fp32 rounding), 16 at a time: the tiles hold units = alpha * centroid.
+    const __m512 alpha = _mm512_set1_ps(kTq3UnitsPerMagnitude);
     for (int j = 0; j < n; j += kLanes) {
       const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
       const __m256i h = _mm256_maskz_loadu_epi16(valid, stored + 2 * size_t(j));
-      _mm512_mask_storeu_ps(scales + j, valid, _mm512_mul_ps(_mm512_cvtph_ps(h), mu));
+      _mm512_mask_storeu_ps(scales + j, valid, _mm512_div_ps(_mm512_cvtph_ps(h), alpha));
     }
   } else {
     std::memcpy(scales, stored, sizeof(float) * size_t(n));
@@ -317,12 +307,12 @@ MINIMAKV_AMX_TARGET void LoadScales(const uint8_t* stored, int n, float* scales)
 struct alignas(64) Workspace {
   // Query parts as B tiles: [32-coordinate chunk][column block][row pair][32 bf16] (VNNI pairs).
   uint16_t q_tiles[kMaxHeadDim / kTileBf16][2][kTileRows][kTileBf16];
-  // Expanded keys of one score tile: [part][key][expansion position].
-  uint16_t key_tiles[2][kKeyTile][kMaxHeadDim];
+  // Expanded keys of one score tile: [key][expansion position].
+  uint16_t key_tiles[kKeyTile][kMaxHeadDim];
   // Weight parts as A tiles: [32-key sub-block][row block][row p*R + r][key].
   uint16_t p_tiles[kBlockKeys / kValueKeys][2][kTileRows][kTileBf16];
-  // Values of one 32-key sub-block and one step as B tiles: [part][16-coordinate chunk][key pair][32 bf16].
-  uint16_t v_tiles[2][4][kTileRows][kTileBf16];
+  // Values of one 32-key sub-block and one step as B tiles: [16-coordinate chunk][key pair][32 bf16].
+  uint16_t v_tiles[4][kTileRows][kTileBf16];
   float c_tiles[4][kTileRows][kTileCols];  // stored C tiles
   float transposed[kMaxColumns][kTileCols];
   float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, value position order
@@ -357,29 +347,22 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
     // This tile's values are read by the value pass next: start fetching them now, a slice per chunk below.
     const size_t value_tile_bytes = size_t(keys_here) * key_bytes;
     const size_t value_slice_bytes = (value_tile_bytes + size_t(chunks) - 1) / size_t(chunks);
-    const uint8_t* a_base[2] = {reinterpret_cast<const uint8_t*>(ws.key_tiles[0]),
-                                reinterpret_cast<const uint8_t*>(ws.key_tiles[1])};
+    const uint8_t* a_base = reinterpret_cast<const uint8_t*>(ws.key_tiles);
     size_t a_stride = row_stride;
     if (Codec::kFormat == KvFormat::kBf16 && keys_here == kKeyTile) {
-      a_base[0] = keys + size_t(j0) * key_bytes;  // BF16 rows are already A-tile rows
+      a_base = keys + size_t(j0) * key_bytes;  // BF16 rows are already A-tile rows
       a_stride = key_bytes;
     } else {
       for (int k = 0; k < kKeyTile; ++k) {
         if (k < keys_here) {
           const uint8_t* key = keys + size_t(j0 + k) * key_bytes;
           for (int s = 0; s < steps; ++s) {
-            __m512i x[Codec::kZmm][Codec::kParts];
+            __m512i x[Codec::kZmm];
             Codec::Expand(state, key, s, x);
-            for (int z = 0; z < Codec::kZmm; ++z) {
-              for (int p = 0; p < Codec::kParts; ++p) {
-                _mm512_store_si512(&ws.key_tiles[p][k][s * Codec::kStepCoords + 32 * z], x[z][p]);
-              }
-            }
+            for (int z = 0; z < Codec::kZmm; ++z) _mm512_store_si512(&ws.key_tiles[k][s * Codec::kStepCoords + 32 * z], x[z]);
           }
         } else {
-          for (int p = 0; p < Codec::kParts; ++p) {
-            for (int e = 0; e < head_dim; e += kTileBf16) _mm512_store_si512(&ws.key_tiles[p][k][e], _mm512_setzero_si512());
-          }
+          for (int e = 0; e < head_dim; e += kTileBf16) _mm512_store_si512(&ws.key_tiles[k][e], _mm512_setzero_si512());
         }
       }
     }
@@ -391,15 +374,12 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
         PrefetchL2(values + size_t(j0) * key_bytes + slice, std::min(value_slice_bytes, value_tile_bytes - slice));
       }
       const size_t offset = size_t(c) * kTileRowBytes;
-      TileLoad<2>(a_base[0] + offset, a_stride);
-      if constexpr (Codec::kParts == 2) TileLoad<3>(a_base[1] + offset, a_stride);
+      TileLoad<2>(a_base + offset, a_stride);
       TileLoad<4>(ws.q_tiles[c][0], kTileRowBytes);
       TileDot<0, 2, 4>();
-      if constexpr (Codec::kParts == 2) TileDot<0, 3, 4>();
       if constexpr (kColumnBlocks == 2) {
         TileLoad<5>(ws.q_tiles[c][1], kTileRowBytes);
         TileDot<1, 2, 5>();
-        if constexpr (Codec::kParts == 2) TileDot<1, 3, 5>();
       }
     }
     TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
@@ -495,41 +475,37 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
       if (next_keys != nullptr && size_t(ka) * value_bytes < next_key_bytes) {
         PrefetchL2(next_keys + size_t(ka) * value_bytes, std::min(2 * value_bytes, next_key_bytes - size_t(ka) * value_bytes));
       }
-      __m512i xa[Codec::kZmm][Codec::kParts];
-      __m512i xb[Codec::kZmm][Codec::kParts];
+      __m512i xa[Codec::kZmm];
+      __m512i xb[Codec::kZmm];
       if (ka < n) {
         Codec::Expand(state, values + size_t(ka) * value_bytes, step, xa);
       } else {
-        for (auto& zs : xa) for (auto& x : zs) x = zero;
+        for (auto& x : xa) x = zero;
       }
       if (ka + 1 < n) {
         Codec::Expand(state, values + size_t(ka + 1) * value_bytes, step, xb);
       } else {
-        for (auto& zs : xb) for (auto& x : zs) x = zero;
+        for (auto& x : xb) x = zero;
       }
       for (int z = Z0; z < Z0 + ZN; ++z) {
-        for (int p = 0; p < Codec::kParts; ++p) {
-          _mm512_store_si512(ws.v_tiles[p][2 * (z - Z0)][i], _mm512_unpacklo_epi16(xa[z][p], xb[z][p]));
-          _mm512_store_si512(ws.v_tiles[p][2 * (z - Z0) + 1][i], _mm512_unpackhi_epi16(xa[z][p], xb[z][p]));
-        }
+        _mm512_store_si512(ws.v_tiles[2 * (z - Z0)][i], _mm512_unpacklo_epi16(xa[z], xb[z]));
+        _mm512_store_si512(ws.v_tiles[2 * (z - Z0) + 1][i], _mm512_unpackhi_epi16(xa[z], xb[z]));
       }
     }
     TileLoad<4>(ws.p_tiles[sb][0], kTileRowBytes);
     if constexpr (MB == 2) TileLoad<5>(ws.p_tiles[sb][1], kTileRowBytes);
-    for (int p = 0; p < Codec::kParts; ++p) {
-      TileLoad<6>(ws.v_tiles[p][0], kTileRowBytes);
-      TileLoad<7>(ws.v_tiles[p][1], kTileRowBytes);
-      TileDot<0, 4, 6>();
-      TileDot<1, 4, 7>();
-      if constexpr (MB == 2) {
-        TileDot<2, 5, 6>();
-        TileDot<3, 5, 7>();
-      } else if constexpr (ZN == 2) {
-        TileLoad<6>(ws.v_tiles[p][2], kTileRowBytes);
-        TileLoad<7>(ws.v_tiles[p][3], kTileRowBytes);
-        TileDot<2, 4, 6>();
-        TileDot<3, 4, 7>();
-      }
+    TileLoad<6>(ws.v_tiles[0], kTileRowBytes);
+    TileLoad<7>(ws.v_tiles[1], kTileRowBytes);
+    TileDot<0, 4, 6>();
+    TileDot<1, 4, 7>();
+    if constexpr (MB == 2) {
+      TileDot<2, 5, 6>();
+      TileDot<3, 5, 7>();
+    } else if constexpr (ZN == 2) {
+      TileLoad<6>(ws.v_tiles[2], kTileRowBytes);
+      TileLoad<7>(ws.v_tiles[3], kTileRowBytes);
+      TileDot<2, 4, 6>();
+      TileDot<3, 4, 7>();
     }
   }
   TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
@@ -703,10 +679,7 @@ bool AmxUsable() {
   return usable;
 }
 
-void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu) {
-  Tq3Amx::Tq3AmxParts(hi, lo);
-  *mu = FloatFromBits(kTq3MuBits);
-}
+void Tq3AmxCentroidUnits(uint16_t* units_bf16) { Tq3Amx::Tq3AmxUnits(units_bf16); }
 
 void AttendAmx(const KernelTask& task) {
   if (task.num_pages == 0) {
@@ -726,9 +699,8 @@ void AttendAmx(const KernelTask& task) {
 
 namespace minimakv::cpu {
 bool AmxUsable() { return false; }
-void Tq3AmxCentroidParts(uint16_t* hi, uint16_t* lo, float* mu) {
-  for (int i = 0; i < 8; ++i) hi[i] = lo[i] = 0;
-  *mu = 0.0f;
+void Tq3AmxCentroidUnits(uint16_t* units_bf16) {
+  for (int i = 0; i < 8; ++i) units_bf16[i] = 0;
 }
 void AttendAmx(const KernelTask& task) { AttendScalar(task); }
 }  // namespace minimakv::cpu

@@ -279,17 +279,20 @@ TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
   }
 }
 
-// The AMX kernels store TQ3 centroids as mu * (bf16 hi + bf16 lo): that must equal the fp32 centroid to within
-// fp32 rounding (2^-24 relative), or TQ3 scores and outputs would carry a systematic error.
-TEST(CpuAmxKernels, Tq3CentroidSplitIsExactToFp32) {
-  uint16_t hi[8], lo[8];
-  float mu = 0.0f;
-  cpu::Tq3AmxCentroidParts(hi, lo, &mu);
+// The AMX kernels hold TQ3 codes as one bf16 part, the signed unit B = alpha * centroid, and divide each
+// vector's scale by alpha. Both halves must be exact: B exactly representable in bf16 (else every score and
+// output carries a systematic error), and B / alpha equal to the fp32 centroid the reference decodes with, to
+// within fp32 rounding (2^-24 relative).
+TEST(CpuAmxKernels, Tq3CentroidUnitsAreExactInBf16) {
+  uint16_t units[8];
+  cpu::Tq3AmxCentroidUnits(units);
   if (!cpu::AmxUsable()) GTEST_SKIP() << "no AMX kernels on this machine";
+  const double alpha = double(kTq3UnitsPerMagnitude);
   for (int i = 0; i < 8; ++i) {
+    const double unit = (i & 4) ? -double(kTq3MagnitudeUnits[i & 3]) : double(kTq3MagnitudeUnits[i & 3]);
+    EXPECT_EQ(double(Bf16ToFloat(units[i])), unit) << "index " << i;
     const double c = double(Tq3Centroid(i));
-    const double split = double(mu) * (double(Bf16ToFloat(hi[i])) + double(Bf16ToFloat(lo[i])));
-    EXPECT_LE(std::fabs(split - c), std::ldexp(std::fabs(c), -24)) << "index " << i;
+    EXPECT_LE(std::fabs(double(Bf16ToFloat(units[i])) / alpha - c), std::ldexp(std::fabs(c), -24)) << "index " << i;
   }
 }
 
