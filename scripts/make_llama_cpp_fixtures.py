@@ -5,6 +5,8 @@ flash attention off, 2 threads) computes on the default SmolLM2 GGUF:
     sections, /usr/share/common-licenses/GPL-3 from Debian's base-files), with the top-1 minus top-2 logit margin
   - "greedy": 64-token greedy continuations of several chat prompts (special tokens parsed)
 Usage: python3 scripts/make_llama_cpp_fixtures.py MODEL.gguf > tests/fixtures/smollm2_llama_cpp.json
+llama.cpp against itself (how far a KV rounding alone moves this model; docs/BENCHMARKS.md section 5):
+  python3 scripts/make_llama_cpp_fixtures.py MODEL.gguf --kv-type f32 > /tmp/f32.json
 Other models (the defaults are SmolLM2's):
   python3 scripts/make_llama_cpp_fixtures.py QWEN.gguf --label "..." --system qwen --top1-tokens 256 \
       --greedy-tokens 32 --prompts 1 > tests/fixtures/qwen2_5_coder_llama_cpp.json
@@ -19,6 +21,7 @@ import numpy as np
 TEXT_FILE = "/usr/share/common-licenses/GPL-3"
 TOP1_TOKENS = 600
 GREEDY_TOKENS = 64
+KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30}  # ggml_type ids
 SYSTEMS = {  # the default system turn each model's chat template inserts
     "smollm": "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n",
     "qwen": "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n",
@@ -57,9 +60,13 @@ def main():
     parser.add_argument("--top1-tokens", type=int, default=TOP1_TOKENS)
     parser.add_argument("--greedy-tokens", type=int, default=GREEDY_TOKENS)
     parser.add_argument("--prompts", type=int, default=len(PROMPTS), help="use the first N prompts")
+    parser.add_argument("--kv-type", choices=sorted(KV_TYPES), default="f16",
+                        help="llama.cpp's K/V cache type (f32 = its most exact attention: no f16 rounding of K, V, "
+                             "Q or the softmax weights)")
     args = parser.parse_args()
     disable_extra_buffer_types()
     llm = llama_cpp.Llama(model_path=args.model, n_ctx=2048, n_batch=512, logits_all=True, n_threads=2,
+                          type_k=KV_TYPES[args.kv_type], type_v=KV_TYPES[args.kv_type], flash_attn=False,
                           verbose=False)
     text = open(TEXT_FILE, encoding="utf-8").read()
     ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:args.top1_tokens]
@@ -83,7 +90,7 @@ def main():
                        "text": llm.detokenize(out).decode("utf-8", "replace")})
     o = sys.stdout
     o.write('{"model": ' + json.dumps(args.label) + ',\n')
-    o.write(f' "producer": "llama-cpp-python {llama_cpp.__version__}, f16 KV, flash_attn off, n_batch 512",\n')
+    o.write(f' "producer": "llama-cpp-python {llama_cpp.__version__}, {args.kv_type} KV, flash_attn off, n_batch 512",\n')
     o.write(f' "top1_text": "{TEXT_FILE} (first {len(ids)} tokens)",\n')
     o.write(' "text_ids": ' + json.dumps(ids) + ",\n")
     o.write(' "top1": ' + json.dumps(top1) + ",\n")
