@@ -2,12 +2,12 @@
 // has it and the OS granted tile state (kernels/cpu/cpu_kernels_amx.cpp), AVX-512 when the CPU reports every
 // feature that translation unit was compiled for (kernels/cpu/cpu_kernels_avx512.cpp), the scalar kernels
 // always. CpuKernelFamily::kAuto picks per format what measured fastest on this project's AMX machine in
-// `minimakv bench --isa auto,avx512` (8 KV heads, 4K-64K tokens, 1 and 2 threads; see the helper report):
-// AMX for FP8, whose AVX-512 kernel spends most of its time widening E4M3 codes (the AMX kernel widens each
-// code once to bf16 and runs the products on the tile unit); AVX-512 for BF16 (no widening to save, the AMX
-// kernel pays for the extra query and weight parts and the VNNI value copy) and for TQ3 (its AMX kernel needs
-// two centroid parts per value and measured 0-25% slower there, although 20% faster on a single-head cold
-// test). "Is it supported" and "what runs" come from the same function.
+// `minimakv bench --isa amx,avx512` (Llama shape: 8 KV heads, GQA 4, 32K tokens, 2 threads; docs/BENCHMARKS.md
+// section 3): AMX for FP8, whose AVX-512 kernel spends most of its time widening E4M3 codes (the AMX kernel
+// widens each code once to bf16 and runs the products on the tile unit), and for TQ3 since its codes are one
+// exact bf16 part (the units of tq3_codec.h; before that, two centroid parts per value made it 0-25% slower);
+// AVX-512 for BF16 (no widening to save, the AMX kernel pays for the extra query and weight parts and the VNNI
+// value copy: 5-10% slower). "Is it supported" and "what runs" come from the same function.
 #include <cstdlib>
 #include <cstring>
 
@@ -50,7 +50,7 @@ CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format) {
   if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
   CpuIsa wanted = CpuIsa::kAmx;
   switch (family) {
-    case CpuKernelFamily::kAuto: wanted = format == KvFormat::kFp8 ? CpuIsa::kAmx : CpuIsa::kAvx512; break;
+    case CpuKernelFamily::kAuto: wanted = format == KvFormat::kBf16 ? CpuIsa::kAvx512 : CpuIsa::kAmx; break;
     case CpuKernelFamily::kAmx: wanted = CpuIsa::kAmx; break;
     case CpuKernelFamily::kAvx512: wanted = CpuIsa::kAvx512; break;
     case CpuKernelFamily::kScalar: wanted = CpuIsa::kScalar; break;

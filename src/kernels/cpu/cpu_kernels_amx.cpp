@@ -26,9 +26,9 @@
 // Lane orders: expansions may permute coordinates inside a step (FP8 byte unpacks, the VNNI interleave); the
 // query tiles use the key order, and the accumulators are un-permuted once at the end.
 //
-// Measured (one KV head, GQA 4, d 128, caches flushed, one thread, time relative to the AVX-512 kernels): FP8
-// 0.86x, TQ3 0.79x, BF16 1.07x; in `minimakv bench` (8 KV heads, 1-2 threads) only FP8 held its lead, so the
-// dispatcher runs AMX for FP8 only by default (cpu_dispatch.cpp).
+// Measured in `minimakv bench --isa amx,avx512` (Llama shape, 32K tokens, batch 1, 2 threads, AMX time over
+// AVX-512 time): FP8 0.89x, TQ3 0.71x with the one-part units (0.8-1.25x with the former two-part centroids),
+// BF16 1.08x; so the dispatcher runs AMX for FP8 and TQ3 by default (cpu_dispatch.cpp).
 // Tried and measured slower here: expanding a whole 64-key block before its tile products, and double-
 // buffered scratch tiles with C read back one round later (both aimed at the stalls of a tile load right
 // after the stores that fill it, and of vector loads right after a tile store).

@@ -309,10 +309,10 @@ TEST(CpuAmxKernels, IsaNamesFollowOptions) {
   options.force_scalar = true;
   EXPECT_EQ(std::string(CpuKernelIsa(options)), "scalar");
   if (amx && std::getenv("MINIMAKV_CPU_ISA") == nullptr) {
-    options = {};  // kAuto: AMX for FP8, AVX-512 for BF16 and TQ3
+    options = {};  // kAuto: AMX for FP8 and TQ3, AVX-512 for BF16
     EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kBf16)), "avx512");
     EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kFp8)), "amx");
-    EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kTq3)), "avx512");
+    EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kTq3)), "amx");
     EXPECT_EQ(std::string(CpuKernelIsa(options)), "amx+avx512");
   }
 }
