@@ -19,6 +19,7 @@
 #include "minimakv/llama_model.h"
 #include "minimakv/model_files.h"
 #include "minimakv/sampler.h"
+#include "runtime/runtime_test_fixtures.h"
 #include "tools/json.h"
 
 namespace minimakv {
@@ -27,34 +28,18 @@ namespace {
 constexpr double kMinTop1Agreement = 0.96;  // measured 581/600 (dense, f16 emulation), 579/600 (bf16 cache)
 constexpr double kMaxMissMargin = 0.5;      // measured: misses only where llama.cpp's margin <= 0.22
 
-std::string FixturePath(const std::string& name) {
-  const std::string here = __FILE__;
-  return here.substr(0, here.rfind("/runtime/")) + "/fixtures/" + name;
-}
-
-std::vector<int32_t> Ids(const JsonValue* v) {
-  std::vector<int32_t> out;
-  for (const JsonValue& x : v->items()) {
-    int64_t i = 0;
-    EXPECT_TRUE(x.GetInt64(&i));
-    out.push_back(int32_t(i));
-  }
-  return out;
-}
+using testing::FixtureIds;
+using testing::ReadJsonFixture;
 
 class LlamaCppAgreement : public ::testing::TestWithParam<std::pair<KvMode, int>> {};
 
 TEST_P(LlamaCppAgreement, Top1OverSixHundredPositions) {
   std::unique_ptr<LlamaModel> model;
   if (!LlamaModel::Load(DefaultModelPath(), &model).ok()) GTEST_SKIP() << "model not fetched";
-  std::ifstream in(FixturePath("smollm2_llama_cpp.json"));
-  ASSERT_TRUE(in);
-  std::stringstream text;
-  text << in.rdbuf();
   JsonValue root;
-  ASSERT_TRUE(ParseJson(text.str(), &root).ok());
-  const std::vector<int32_t> ids = Ids(root.Find("text_ids"));
-  const std::vector<int32_t> top1 = Ids(root.Find("top1"));
+  ASSERT_TRUE(ReadJsonFixture("smollm2_llama_cpp.json", &root));
+  const std::vector<int32_t> ids = FixtureIds(root.Find("text_ids"));
+  const std::vector<int32_t> top1 = FixtureIds(root.Find("top1"));
   std::vector<double> margin;
   for (const JsonValue& m : root.Find("top1_margin")->items()) margin.push_back(m.as_double());
   ASSERT_GE(ids.size(), 500u);

@@ -19,59 +19,17 @@
 #include "minimakv/sampler.h"
 #include "minimakv/tokenizer.h"
 #include "runtime/gguf_test_writer.h"
+#include "runtime/runtime_test_fixtures.h"
 #include "tools/json.h"
 
 namespace minimakv {
 namespace {
 
+using testing::FixtureIds;
 using testing::GgufTestWriter;
+using testing::ReadJsonFixture;
+using testing::TinyTokenizer;
 using Words = std::vector<std::string>;
-
-std::string FixturePath(const std::string& name) {
-  const std::string here = __FILE__;  // .../tests/runtime/qwen2_test.cpp
-  return here.substr(0, here.rfind("/runtime/")) + "/fixtures/" + name;
-}
-
-bool ReadJson(const std::string& name, JsonValue* root) {
-  std::ifstream in(FixturePath(name));
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseJson(text.str(), root).ok();
-}
-
-std::vector<int32_t> Ids(const JsonValue* v) {
-  std::vector<int32_t> out;
-  for (const JsonValue& x : v->items()) {
-    int64_t i = 0;
-    EXPECT_TRUE(x.GetInt64(&i));
-    out.push_back(int32_t(i));
-  }
-  return out;
-}
-
-void AddTinyVocab(GgufTestWriter* w, const std::string& pre, const std::string& chat_template) {
-  w->AddString("tokenizer.ggml.model", "gpt2");
-  w->AddString("tokenizer.ggml.pre", pre);
-  w->AddStringArray("tokenizer.ggml.tokens", {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "c",
-                                              "\xC4\xA0", "ab", "abc", "\xC4\xA0" "ab", "1", "\xC4\x8A"});
-  w->AddI32Array("tokenizer.ggml.token_type", {3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1});
-  w->AddStringArray("tokenizer.ggml.merges", {"a b", "ab c", "\xC4\xA0 ab"});
-  w->AddU32("tokenizer.ggml.eos_token_id", 2);
-  if (!chat_template.empty()) w->AddString("tokenizer.chat_template", chat_template);
-}
-
-std::unique_ptr<Tokenizer> TinyTokenizer(const std::string& pre, const std::string& chat_template = "") {
-  GgufTestWriter w;
-  AddTinyVocab(&w, pre, chat_template);
-  const std::vector<uint8_t> bytes = w.Build();
-  std::unique_ptr<GgufFile> f;
-  EXPECT_TRUE(GgufFile::OpenBuffer(bytes.data(), bytes.size(), &f).ok());
-  std::unique_ptr<Tokenizer> tok;
-  const Status s = Tokenizer::FromGguf(*f, &tok);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return tok;
-}
 
 TEST(Qwen2Tokenizer, PreTokenizerSplits) {
   auto tok = TinyTokenizer("qwen2");
@@ -327,7 +285,7 @@ TEST(Qwen25Coder, TokenizerMatchesLlamaCppIds) {
   ASSERT_TRUE(Tokenizer::FromGguf(*file, &tok).ok());
   EXPECT_EQ(tok->pre_tokenizer(), PreTokenizer::kQwen2);
   JsonValue root;
-  ASSERT_TRUE(ReadJson("qwen2_5_coder_tokens.json", &root));
+  ASSERT_TRUE(ReadJsonFixture("qwen2_5_coder_tokens.json", &root));
   const JsonValue* cases = root.Find("cases");
   ASSERT_NE(cases, nullptr);
   ASSERT_GE(cases->size(), 18u);
@@ -336,7 +294,7 @@ TEST(Qwen25Coder, TokenizerMatchesLlamaCppIds) {
     const std::string input = c.Find("text")->as_string();
     std::vector<int32_t> ids;
     tok->Encode(input, c.Find("parse_special")->as_bool(), &ids);
-    EXPECT_EQ(ids, Ids(c.Find("ids"))) << name;
+    EXPECT_EQ(ids, FixtureIds(c.Find("ids"))) << name;
     EXPECT_EQ(tok->DecodeAll(ids, true), input) << name;
   }
   std::string chat;
@@ -362,7 +320,7 @@ class Qwen25CoderVsLlamaCpp : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!LlamaModel::Load(QwenModelPath(), &model_).ok()) model_.reset();
-    ASSERT_TRUE(ReadJson("qwen2_5_coder_llama_cpp.json", &fixture_));
+    ASSERT_TRUE(ReadJsonFixture("qwen2_5_coder_llama_cpp.json", &fixture_));
   }
   static void TearDownTestSuite() { model_.reset(); }
   void SetUp() override {
@@ -378,8 +336,8 @@ class Qwen25CoderVsLlamaCpp : public ::testing::Test {
     return s;
   }
   void Top1(KvMode mode, int chunk) {
-    const std::vector<int32_t> ids = Ids(fixture_.Find("text_ids"));
-    const std::vector<int32_t> top1 = Ids(fixture_.Find("top1"));
+    const std::vector<int32_t> ids = FixtureIds(fixture_.Find("text_ids"));
+    const std::vector<int32_t> top1 = FixtureIds(fixture_.Find("top1"));
     std::vector<double> margin;
     for (const JsonValue& m : fixture_.Find("top1_margin")->items()) margin.push_back(m.as_double());
     ASSERT_GE(ids.size(), 200u);
@@ -421,8 +379,8 @@ TEST_F(Qwen25CoderVsLlamaCpp, GreedyContinuation) {
   ASSERT_NE(greedy, nullptr);
   ASSERT_GE(greedy->size(), 1u);
   for (const JsonValue& g : greedy->items()) {
-    const std::vector<int32_t> prompt = Ids(g.Find("prompt_ids"));
-    const std::vector<int32_t> expected = Ids(g.Find("ids"));
+    const std::vector<int32_t> prompt = FixtureIds(g.Find("prompt_ids"));
+    const std::vector<int32_t> expected = FixtureIds(g.Find("ids"));
     // Our own tokenizer and chat template give llama.cpp's prompt ids.
     std::string chat;
     ASSERT_TRUE(model_->tokenizer().ApplyChatTemplate({{"user", g.Find("prompt")->as_string()}}, true, &chat).ok());

@@ -9,6 +9,7 @@
 #include "minimakv/gguf_reader.h"
 #include "minimakv/model_files.h"
 #include "runtime/gguf_test_writer.h"
+#include "runtime/runtime_test_fixtures.h"
 #include "tools/json.h"
 
 namespace minimakv {
@@ -16,28 +17,13 @@ namespace {
 
 using testing::GgufTestWriter;
 
+// The tiny vocabulary with <|im_start|> as BOS and a ChatML template that inserts a system turn.
 std::unique_ptr<Tokenizer> TinyTokenizer(const std::string& pre) {
-  GgufTestWriter w;
-  w.AddString("tokenizer.ggml.model", "gpt2");
-  w.AddString("tokenizer.ggml.pre", pre);
-  // 0..2 control tokens, then a tiny byte-level vocabulary (Ġ is the GPT-2 symbol of the space byte).
-  w.AddStringArray("tokenizer.ggml.tokens", {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "c",
-                                             "\xC4\xA0", "ab", "abc", "\xC4\xA0" "ab", "1", "\xC4\x8A"});
-  w.AddI32Array("tokenizer.ggml.token_type", {3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1});
-  w.AddStringArray("tokenizer.ggml.merges", {"a b", "ab c", "\xC4\xA0 ab"});
-  w.AddU32("tokenizer.ggml.bos_token_id", 1);
-  w.AddU32("tokenizer.ggml.eos_token_id", 2);
-  w.AddString("tokenizer.chat_template",
-              "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-              "'<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
-              "'\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}");
-  const std::vector<uint8_t> bytes = w.Build();
-  std::unique_ptr<GgufFile> f;
-  EXPECT_TRUE(GgufFile::OpenBuffer(bytes.data(), bytes.size(), &f).ok());
-  std::unique_ptr<Tokenizer> tok;
-  const Status s = Tokenizer::FromGguf(*f, &tok);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return tok;
+  const std::string chat_template =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+      "'<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
+      "'\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+  return testing::TinyTokenizer(pre, chat_template, /*bos_token_id=*/1);
 }
 
 TEST(Tokenizer, PreTokenizerSplits) {
@@ -103,35 +89,21 @@ TEST(Tokenizer, RejectsUnsupportedModels) {
 namespace minimakv {
 namespace {
 
-std::string FixturePath(const std::string& name) {
-  const std::string here = __FILE__;  // .../tests/runtime/tokenizer_test.cpp
-  return here.substr(0, here.rfind("/runtime/")) + "/fixtures/" + name;
-}
-
 TEST(TokenizerSmolLM2, MatchesLlamaCppIds) {
   std::unique_ptr<GgufFile> file;
   if (!GgufFile::Open(DefaultModelPath(), &file).ok()) GTEST_SKIP() << "model not fetched: " << DefaultModelPath();
   std::unique_ptr<Tokenizer> tok;
   ASSERT_TRUE(Tokenizer::FromGguf(*file, &tok).ok());
   EXPECT_EQ(tok->pre_tokenizer(), PreTokenizer::kDigitsThenGpt2);
-  std::ifstream in(FixturePath("smollm2_tokens.json"));
-  ASSERT_TRUE(in) << FixturePath("smollm2_tokens.json");
-  std::stringstream text;
-  text << in.rdbuf();
   JsonValue root;
-  ASSERT_TRUE(ParseJson(text.str(), &root).ok());
+  ASSERT_TRUE(testing::ReadJsonFixture("smollm2_tokens.json", &root)) << testing::FixturePath("smollm2_tokens.json");
   const JsonValue* cases = root.Find("cases");
   ASSERT_NE(cases, nullptr);
   ASSERT_GE(cases->size(), 10u);
   for (const JsonValue& c : cases->items()) {
     const std::string name = c.Find("name")->as_string();
     const std::string input = c.Find("text")->as_string();
-    std::vector<int32_t> expected;
-    for (const JsonValue& id : c.Find("ids")->items()) {
-      int64_t v = 0;
-      ASSERT_TRUE(id.GetInt64(&v));
-      expected.push_back(int32_t(v));
-    }
+    const std::vector<int32_t> expected = testing::FixtureIds(c.Find("ids"));
     std::vector<int32_t> ids;
     tok->Encode(input, c.Find("parse_special")->as_bool(), &ids);
     EXPECT_EQ(ids, expected) << name;
