@@ -124,7 +124,7 @@ int RunNiah(const std::vector<std::string>& args) {
   parser.AddInt("seeds", "passkeys per (context, depth)", &seeds);
   parser.AddInt("answer-tokens", "tokens decoded per answer at most", &answer_tokens);
   parser.AddInt("threads", "CPU threads", &threads);
-  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
+  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, context, accuracy, agreement_with_bf16, cases", &json);
   parser.AddString("dump-cases", "PATH",
@@ -245,7 +245,7 @@ int RunKld(const std::vector<std::string>& args) {
   parser.AddInt("chunk", "tokens per forward chunk", &chunk);
   parser.AddInt("windows", "windows at most", &max_windows);
   parser.AddInt("threads", "CPU threads", &threads);
-  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
+  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, bits_per_value, kld, top1_agreement, ppl", &json);
   int exit_code = kExitOk;

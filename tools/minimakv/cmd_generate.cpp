@@ -33,7 +33,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   parser.AddInt("seed", "sampling seed", &seed);
   parser.AddInt("threads", "CPU threads", &threads);
   std::vector<int> hot_layers;
-  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
+  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
   parser.AddBool("raw", "feed the prompt as is (no chat template)", &raw);
   parser.AddBool("ids", "also print the generated token ids", &show_ids);
   parser.AddBool("json", "print one JSON object: prompt_tokens, ids, text, prefill/decode tokens per second", &json);

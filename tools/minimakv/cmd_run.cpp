@@ -36,7 +36,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   parser.AddInt("answer-tokens", "tokens decoded per mode (timed)", &answer_tokens);
   parser.AddInt("threads", "CPU threads", &threads);
   parser.AddInt("page-tokens", "tokens per KV page", &page_tokens);
-  parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)", &hot_layers);
+  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print one JSON array of rows: mode, kib_per_token, compression_vs_bf16, answer, correct, "
                  "decode_tok_per_s", &json);

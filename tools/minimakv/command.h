@@ -32,5 +32,8 @@ ProgressLine::Mode ProgressModeFrom(const std::string& flag_value);
 inline const std::vector<std::string> kProgressChoices = {"auto", "always", "off"};
 inline constexpr const char* kProgressHelp =
     "progress on stderr: auto (redrawn on a terminal, plain lines otherwise), always, off";
+// The --hot-layers flag of every command that runs a model (RetentionPolicy::hot_layers).
+inline constexpr const char* kHotLayersHelp =
+    "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)";
 
 }  // namespace minimakv::cli
