@@ -113,7 +113,7 @@ int RunNiah(const std::vector<std::string>& args) {
   int seeds = 10, threads = 2, answer_tokens = 8;
   std::vector<int> hot_layers;
   bool json = false;
-  std::string progress_flag = "auto", dump_cases_path;
+  std::string progress_flag = "auto", dump_cases_path, answers_path;
   ArgParser parser(command,
                    "Passkey retrieval grid: for each context, depth and seed, one prompt prefilled once into a cache per\n"
                    "mode (bf16, fp8, tq3, minima); each mode decodes its answer greedily. Accuracy = the first digits of\n"
@@ -131,6 +131,10 @@ int RunNiah(const std::vector<std::string>& args) {
                    "only write the grid's prompts as JSON lines (context, depth_percent, seed, passkey, prompt_ids) for\n"
                    "another engine (scripts/llama_cpp_kv_reference.py --cases PATH), then exit",
                    &dump_cases_path);
+  parser.AddString("answers-out", "PATH",
+                   "also write one JSON line per case (context, depth_percent, seed, passkey, and each mode's answer\n"
+                   "digits) for per-depth tables and plots",
+                   &answers_path);
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
 
@@ -141,6 +145,11 @@ int RunNiah(const std::vector<std::string>& args) {
   if (!dump_cases_path.empty()) {
     s = DumpPasskeyCases(tok, contexts, depth_percents, seeds, dump_cases_path);
     return s.ok() ? kExitOk : ReportError(command, s);
+  }
+  std::ofstream answers_out;
+  if (!answers_path.empty()) {
+    answers_out.open(answers_path);
+    if (!answers_out) return ReportError(command, Status::NotFound("cannot write --answers-out '" + answers_path + "'"));
   }
   constexpr int kModes = int(std::size(kAllPagedKvModes));
   struct Tally {
@@ -167,6 +176,11 @@ int RunNiah(const std::vector<std::string>& args) {
         s = InferenceSession::PrefillShared(raw, pc.prompt_ids, &prefill_logits);
         if (!s.ok()) return ReportError(command, s);
         std::string bf16_digits;
+        JsonValue case_row = JsonValue::Object();
+        case_row.Set("context", contexts[ci]);
+        case_row.Set("depth_percent", depth);
+        case_row.Set("seed", int64_t(seed));
+        case_row.Set("passkey", pc.passkey);
         for (int m = 0; m < kModes; ++m) {
           std::vector<float> logits = prefill_logits;
           std::vector<int32_t> answer;
@@ -184,7 +198,9 @@ int RunNiah(const std::vector<std::string>& args) {
           ++t.cases;
           t.correct += digits == pc.passkey;
           t.agree += digits == bf16_digits;
+          case_row.Set(std::string(KvModeName(kAllPagedKvModes[m])), digits);
         }
+        if (answers_out.is_open()) answers_out << case_row.Dump() << "\n" << std::flush;
         ++done;
       }
     }
