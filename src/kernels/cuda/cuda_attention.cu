@@ -38,13 +38,52 @@ constexpr int kMinChunkTokens = 128;    // smallest page chunk a CTA takes (keep
 constexpr int kCtaOverheadTokens = 128; // split cost model: a CTA's fixed work (query fragments, combine) in tokens
 constexpr int kMergeWarps = 4;
 constexpr size_t kWorkspaceAlign = 256;
-// TQ3 centroids enter the MMA as fp16. Plain fp16(c) is off by up to 2.4e-4 relative, which large attention
-// logits amplify; alpha * c for this alpha (found by a search over [1, 2)) lands within 1.27e-5 of fp16 values
-// for all four magnitudes, so the tables hold fp16(alpha * c) and the per-vector scales are divided by alpha.
-constexpr float kTq3CentroidAlpha = 1.1445045f;
+// TQ3 centroids enter the MMA as fp16: the magnitudes are units / alpha (tq3_codec.h) with units that are exact
+// in fp16, so the tables hold the units exactly and the per-vector scales are divided by alpha.
+// (Scalars: device code may read namespace-scope constexpr scalars, not arrays.)
+constexpr float kTq3Unit0 = kTq3MagnitudeUnits[0];
+constexpr float kTq3Unit1 = kTq3MagnitudeUnits[1];
+constexpr float kTq3Unit2 = kTq3MagnitudeUnits[2];
+constexpr float kTq3Unit3 = kTq3MagnitudeUnits[3];
+constexpr float kTq3InvUnitsPerMagnitude = 1.0f / kTq3UnitsPerMagnitude;
 // fp16 probabilities are scaled by 2^14 (folded into v_unit) so that p * scale / max_scale stays in the normal
 // fp16 range instead of underflowing to subnormals.
 constexpr float kProbScale = 16384.0f;
+// Kernel configuration (v8, measured in docs/cuda-notes.md; a build may override each macro for experiments,
+// bench/cuda/kernel_variants.sh). TQ3 d = 256: 3 CTAs per SM (up to 168 registers: room for the pipelined phases),
+// 4 stages per warp; d = 128: 4 CTAs. Two score chains per query part. FP8 pages go through the transposed kernel.
+#ifndef MINIMAKV_TQ3_CTAS_D256
+#define MINIMAKV_TQ3_CTAS_D256 3
+#endif
+#ifndef MINIMAKV_TQ3_CTAS_D128
+#define MINIMAKV_TQ3_CTAS_D128 4
+#endif
+#ifndef MINIMAKV_TQ3_STAGES_D256
+#define MINIMAKV_TQ3_STAGES_D256 4
+#endif
+#ifndef MINIMAKV_TQ3_PIPELINE
+#define MINIMAKV_TQ3_PIPELINE 1
+#endif
+#ifndef MINIMAKV_FP8_TRANSPOSED_D128
+#define MINIMAKV_FP8_TRANSPOSED_D128 1
+#endif
+#ifndef MINIMAKV_FP8_TRANSPOSED_D256
+#define MINIMAKV_FP8_TRANSPOSED_D256 1
+#endif
+#ifndef MINIMAKV_TQ3_SCORE_SPLIT
+#define MINIMAKV_TQ3_SCORE_SPLIT 2
+#endif
+constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
+constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
+// Score MMAs of one tile run in 2 * kTq3ScoreSplit independent accumulator chains (query hi / lo x k-step mod split).
+constexpr int kTq3ScoreSplit = MINIMAKV_TQ3_SCORE_SPLIT;
+constexpr int kTq3StagesD256 = MINIMAKV_TQ3_STAGES_D256;
+// Software pipelining: the value phase of a warp's previous tile runs after the score phase of its current tile
+// (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
+constexpr bool kTq3Pipeline = MINIMAKV_TQ3_PIPELINE != 0;
+// FP8 pages through the transposed kernel (DecodePartialTransposedKernel) instead of DecodePartialKernel.
+constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
+constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 
 Status CudaError(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::Ok();
@@ -102,11 +141,13 @@ __device__ inline float FromOperand(uint16_t bits) {
 }
 __device__ inline uint32_t Pack(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
 
-// Two E4M3 codes (low byte = first) -> fp16x2, exact (hardware conversion, sm_89+).
-__device__ inline uint32_t E4m3x2ToF16x2(uint32_t two_codes) {
-  uint32_t out;
-  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(out) : "r"(two_codes));
-  return out;
+
+// Four E4M3 codes -> two fp16x2 (codes 0, 1 -> lo; 2, 3 -> hi), exact (hardware conversion, sm_89+). The 16-bit halves go to the conversions as
+// register halves, so no shift / mask instructions split the word first.
+__device__ inline void E4m3x4ToF16x2x2(uint32_t four_codes, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(four_codes));
 }
 
 // Fragment reads from the staged tile (shared memory).
@@ -123,7 +164,8 @@ __device__ inline Tq3Tables MakeTq3Tables() {
   Tq3Tables t{0, 0, 0};
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
-    const uint32_t bits = __half_as_ushort(__float2half_rn(kTq3CentroidAlpha * Tq3Magnitude(m)));
+    const uint32_t bits = __half_as_ushort(
+        __float2half_rn(m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3));  // exact (tq3_codec.h)
     t.lo |= (bits & 0xFFu) << (8 * m);
     t.hi_pos |= (bits >> 8) << (8 * m);
   }
@@ -197,8 +239,7 @@ __device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, const T
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        pairs[8 * i + 2 * j + 0] = E4m3x2ToF16x2(w[j] & 0xFFFFu);
-        pairs[8 * i + 2 * j + 1] = E4m3x2ToF16x2(w[j] >> 16);
+        E4m3x4ToF16x2x2(w[j], pairs[8 * i + 2 * j + 0], pairs[8 * i + 2 * j + 1]);
       }
     }
   } else {
@@ -242,8 +283,7 @@ __device__ inline void LoadExpandV(const uint8_t* vec, int g, const Tq3Tables& t
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        pairs[8 * i + 2 * j + 0] = E4m3x2ToF16x2(w[j] & 0xFFFFu);
-        pairs[8 * i + 2 * j + 1] = E4m3x2ToF16x2(w[j] >> 16);
+        E4m3x4ToF16x2x2(w[j], pairs[8 * i + 2 * j + 0], pairs[8 * i + 2 * j + 1]);
       }
     }
   } else if constexpr (kHeadDim == 256) {
@@ -293,19 +333,20 @@ struct TileLayout {
   static constexpr int kVScaleOffset = kKScaleOffset + 64;  // room for 16 fp32 scales
   static constexpr int kStageBytes = kVScaleOffset + 64;
   // Stages per warp: each SM should keep ~50-100 KB of loads in flight.
-  // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 tiles are small and compute heavy: 3 stages
-  // at d = 256 (so 4 CTAs = 16 warps fit per SM), 4 at d = 128.
-  static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2 : kHeadDim == 256 ? 3 : 4;
+  // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 tiles are small and compute heavy: 4 stages
+  // (kTq3StagesD256 at d = 256; the pipelined TQ3 kernel keeps kStages - 2 tiles in flight while it computes).
+  static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2 : kHeadDim == 256 ? kTq3StagesD256 : 4;
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (kHeadDim + 2) * 4;
   static constexpr int kStagesBytes = kDecodeWarps * kStages * kStageBytes;
   static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
-  // 64 output accumulators need the registers; 3 for TQ3, whose staged tiles are small) and 4 for d = 128.
+  // 64 output accumulators need the registers; kTq3CtasD256 for TQ3, whose staged tiles are small) and 4 for
+  // d = 128 (kTq3CtasD128 for TQ3).
   static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
-  // TQ3 d = 128 (v7): 6 CTAs = 24 warps per SM (80 registers, no spills; 7 spill): its tiles are latency bound.
+  // (v7 ran TQ3 d = 128 at 6 CTAs with 80 registers; the pipelined v8 kernel needs ~115, so 4.)
   static constexpr int kCtaCap =
-      kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? 4 : 2) : (kFormat == KvFormat::kTq3 ? 6 : 4);
+      kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? kTq3CtasD256 : 2) : (kFormat == KvFormat::kTq3 ? kTq3CtasD128 : 4);
   static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
 };
 
@@ -356,7 +397,7 @@ __device__ inline float StagedScale(const uint8_t* scales, int token) {
   if constexpr (kFormat == KvFormat::kFp8) {
     return reinterpret_cast<const float*>(scales)[token];
   } else {
-    return __half2float(reinterpret_cast<const __half*>(scales)[token]) * (1.0f / kTq3CentroidAlpha);
+    return __half2float(reinterpret_cast<const __half*>(scales)[token]) * kTq3InvUnitsPerMagnitude;
   }
 }
 
@@ -709,8 +750,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// TQ3 partial kernel (v6). Same work items, staging and combine as DecodePartialKernel; the per-tile work is
-// reorganized to cut warp instructions (counts in docs/cuda-notes.md, "v6"):
+// Transposed partial kernel: TQ3 (v6+) and, since v8, FP8. Same work items, staging and combine as
+// DecodePartialKernel; the per-tile work is reorganized to cut warp instructions (counts in docs/cuda-notes.md):
 //  1. Scores transposed: S^T[16 keys][8 heads] = K[16 keys][16 dims] * Q^T[16 dims][8 heads]. The expanded
 //     keys g and 8 + g fill all 16 rows of the A operand and the query is the 2-register B operand loaded
 //     straight from shared memory: half the MMAs of S[16 heads][8 keys] (rows 8-15 there are empty heads) and
@@ -721,6 +762,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 //     lookups and the lo/hi interleave directly produce the key-paired registers of the value MMA.
 //  4. prmt through inline PTX (__byte_perm masks its selector with 0x7777 first: one more op per lookup),
 //     tile / page positions tracked incrementally (no integer division per tile), tile copies fully unrolled.
+//  5. (v8) TQ3 is software-pipelined (kTq3Pipeline): the score phase of a warp's tile i and the value phase of
+//     its tile i - 1 are one instruction stream. FP8 uses the same structure with hardware E4M3 conversions
+//     (value bytes of two keys interleaved by one prmt before the conversion: key-paired registers directly).
 
 __device__ inline uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
   uint32_t d;
@@ -838,15 +882,99 @@ __device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int hea
   }
 }
 
-template <int kHeadDim>
-__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kHeadDim>::kCtasPerSm))
-    DecodePartialTq3Kernel(DecodeParams p) {
-  constexpr KvFormat kFormat = KvFormat::kTq3;
+// Value phase of one TQ3 tile: O^T[dims][heads] += V^T[dims][16 keys] * P^T (pb0, pb1: fp16 P^T fragments of keys
+// (2t, 2t + 1) and (8 + 2t, 9 + 2t)); v_stage = the tile's staged V codes, valid = its number of valid keys.
+template <KvFormat kFormat, int kHeadDim>
+__device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, int g, int t, const Tq3Tables& tab,
+                                           uint32_t pb0, uint32_t pb1, float (&o_acc)[kHeadDim / 16][4]) {
   using L = TileLayout<kFormat, kHeadDim>;
+  if constexpr (kFormat != KvFormat::kTq3) {
+    // FP8: the code bytes of two keys are interleaved first (prmt), so each hardware conversion yields a key pair
+    // of one dim: registers m = 8 i + 2 j (dims VDim(g, m, 0 / 1) = 16 (8 i + g) + 4 j, + 1) and m + 1 (+ 2, + 3).
+    const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 128; ++i) {
+      uint4 w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w[k] = LoadU4(v_stage + min(keys[k], valid - 1) * L::kVStride + 16 * (8 * i + g));
+      const uint32_t wa[4][4] = {{w[0].x, w[0].y, w[0].z, w[0].w}, {w[1].x, w[1].y, w[1].z, w[1].w},
+                                 {w[2].x, w[2].y, w[2].z, w[2].w}, {w[3].x, w[3].y, w[3].z, w[3].w}};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t ab0, ab1, ab2, ab3, cd0, cd1, cd2, cd3;  // (key a, key b) of dims 4 j .. 4 j + 3; (c, d) likewise
+        E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x5140u), ab0, ab1);
+        E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x7362u), ab2, ab3);
+        E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x5140u), cd0, cd1);
+        E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x7362u), cd2, cd3);
+        MmaF16(o_acc[8 * i + 2 * j], ab0, ab1, cd0, cd1, pb0, pb1);
+        MmaF16(o_acc[8 * i + 2 * j + 1], ab2, ab3, cd2, cd3, pb0, pb1);
+      }
+    }
+    return;
+  }
+  // ---- values: keys 2t, 2t + 1 (a0, a1 of the A operand) and 8 + 2t, 9 + 2t (a2, a3), one quarter of the
+  // coordinates at a time (kPerR m-tiles).
+  constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
+  constexpr int kPerR = kCoords / 8;
+  // d = 128: thread g takes the 16-coordinate half g & 1 of group g / 2, read as 16-bit plane halves.
+  const uint8_t* v_rows = v_stage + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
+  const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+  uint32_t w[4][3];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kVStride;
+#pragma unroll
+    for (int plane = 0; plane < 3; ++plane) {
+      w[i][plane] = kHeadDim == 256 ? LoadU32(codes + 4 * plane)
+                                    : uint32_t(*reinterpret_cast<const uint16_t*>(codes + 4 * plane));
+    }
+  }
+  Tq3AlignedPlanes even01, odd01, even23, odd23;
+  MergeTq3ValuePlanes(w[0], w[1], even01, odd01);
+  MergeTq3ValuePlanes(w[2], w[3], even23, odd23);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint32_t sel_even01 = Tq3Nibbles(even01, r);
+    const uint32_t sel_odd01 = Tq3Nibbles(odd01, r);
+    const uint32_t sel_even23 = Tq3Nibbles(even23, r);
+    const uint32_t sel_odd23 = Tq3Nibbles(odd23, r);
+#pragma unroll
+    for (int j = 0; j < kCoords / 16; ++j) {  // 16 coordinates (2 m-tiles) at a time: fewer live registers
+      uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
+      Tq3Lookup4(ShiftRight(sel_even01, 16 * j), tab, ve01[0], ve01[1]);
+      Tq3Lookup4(ShiftRight(sel_odd01, 16 * j), tab, vo01[0], vo01[1]);
+      Tq3Lookup4(ShiftRight(sel_even23, 16 * j), tab, ve23[0], ve23[1]);
+      Tq3Lookup4(ShiftRight(sel_odd23, 16 * j), tab, vo23[0], vo23[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // m-tile r * kPerR + 2 j + h: coordinates 8 (2 j + h) + r and that + 4
+        MmaF16(o_acc[r * kPerR + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+      }
+    }
+  }
+}
+
+// Copies of one tile into a stage: TQ3 byte-for-byte (IssueTq3Tile), FP8 into padded rows (IssueTile).
+template <KvFormat kFormat, int kHeadDim>
+__device__ inline void IssueTransposedTile(uint8_t* stage, const uint8_t* page, const PageLayout& layout, int kv_head,
+                                           int tok0, int head_row, int v_codes_section, int scales_section,
+                                           int v_scales_section, int lane) {
+  if constexpr (kFormat == KvFormat::kTq3) {
+    IssueTq3Tile<kHeadDim>(stage, page, head_row + tok0, v_codes_section, scales_section, v_scales_section, lane);
+  } else {
+    IssueTile<kFormat, kHeadDim>(stage, page, layout, kv_head, tok0, lane);
+  }
+}
+
+template <KvFormat kFormat, int kHeadDim>
+__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
+    DecodePartialTransposedKernel(DecodeParams p) {
+  using L = TileLayout<kFormat, kHeadDim>;
+  constexpr bool kPipeline = kFormat == KvFormat::kTq3 && kTq3Pipeline;
   constexpr int kBlocks = kHeadDim / kBlockDims;
   constexpr int kMTiles = kHeadDim / 16;
   constexpr int kTile = kCudaKeyTileTokens;
-  constexpr int kChains = 2;  // score accumulators: query hi, lo
+  constexpr int kScoreSplit = kFormat == KvFormat::kTq3 ? kTq3ScoreSplit : 1;
+  constexpr int kChains = 2 * kScoreSplit;  // score accumulators: query hi, lo x k-step mod split
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
   uint8_t* stages_base = smem + L::kQFragBytes;
@@ -885,9 +1013,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kH
   for (int s = 0; s < L::kStages - 1; ++s) {
     if (issue_tile < num_tiles) {
       const int page = page_of(issue_tile);
-      IssueTq3Tile<kHeadDim>(my_stages + s * L::kStageBytes, p.pages + size_t(item_page_ids[page]) * page_bytes,
-                             head_row + kTile * (issue_tile - page * tiles_per_page), v_codes_section, scales_section,
-                             v_scales_section, lane);
+      IssueTransposedTile<kFormat, kHeadDim>(my_stages + s * L::kStageBytes,
+                                             p.pages + size_t(item_page_ids[page]) * page_bytes, p.layout, kv_head,
+                                             kTile * (issue_tile - page * tiles_per_page), head_row, v_codes_section,
+                                             scales_section, v_scales_section, lane);
     }
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
@@ -908,19 +1037,31 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kH
   int next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
   int read_stage = 0;
   int write_stage = L::kStages - 1;
-  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps) {
+  auto issue_next = [&]() {  // tile issue_tile into write_stage (the stage of this warp's previous tile)
     if (issue_tile < num_tiles) {
-      IssueTq3Tile<kHeadDim>(my_stages + write_stage * L::kStageBytes, p.pages + size_t(next_page_id) * page_bytes,
-                             head_row + kTile * (issue_tile - page_of(issue_tile) * tiles_per_page), v_codes_section,
-                             scales_section, v_scales_section, lane);
+      IssueTransposedTile<kFormat, kHeadDim>(my_stages + write_stage * L::kStageBytes,
+                                             p.pages + size_t(next_page_id) * page_bytes, p.layout, kv_head,
+                                             kTile * (issue_tile - page_of(issue_tile) * tiles_per_page), head_row,
+                                             v_codes_section, scales_section, v_scales_section, lane);
     }
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
     next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
-
-    CpAsyncWait<L::kStages - 1>();
+  };
+  // Pipelined: the previous tile's stage, valid keys and P^T fragments. The first iteration's value phase reads the
+  // current (loaded) stage with zero probabilities: it adds exact zeros (expanded codes are finite).
+  int prev_stage = 0;
+  int prev_valid = 1;
+  uint32_t prev_pb0 = 0u;
+  uint32_t prev_pb1 = 0u;
+  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps) {
+    if constexpr (!kPipeline) issue_next();
+    // Pipelined: tiles up to this one + kStages - 2 are committed (the last copy was issued at the end of the
+    // previous iteration), so kStages - 2 groups may stay pending.
+    CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
     __syncwarp();
+    const int cur_stage = read_stage;
     const uint8_t* stage = my_stages + read_stage * L::kStageBytes;
     read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
     const int cur_page = page_of(tile);
@@ -933,34 +1074,63 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kH
     for (int c = 0; c < kChains; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
     const int key_a = min(g, valid - 1);
     const int key_b = min(8 + g, valid - 1);
-    const uint8_t* codes_a = stage + L::kKOffset + key_a * L::kCodeBytes + t * 12;
-    const uint8_t* codes_b = stage + L::kKOffset + key_b * L::kCodeBytes + t * 12;
+    const uint8_t* row_a = stage + L::kKOffset + key_a * L::kKStride;
+    const uint8_t* row_b = stage + L::kKOffset + key_b * L::kKStride;
+    if constexpr (kFormat == KvFormat::kTq3) {
+      const uint8_t* codes_a = row_a + t * 12;
+      const uint8_t* codes_b = row_b + t * 12;
 #pragma unroll
-    for (int block = 0; block < kBlocks; ++block) {
-      const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
-      const uint8_t* gb = codes_b + block * 48;
-      const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
-      const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
+      for (int block = 0; block < kBlocks; ++block) {
+        const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
+        const uint8_t* gb = codes_b + block * 48;
+        const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
+        const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        uint32_t ka[4];
-        uint32_t kb[4];
-        Tq3KeyQuarter(planes_a, r, tab, ka);
-        Tq3KeyQuarter(planes_b, r, tab, kb);
+        for (int r = 0; r < 4; ++r) {
+          uint32_t ka[4];
+          uint32_t kb[4];
+          Tq3KeyQuarter(planes_a, r, tab, ka);
+          Tq3KeyQuarter(planes_b, r, tab, kb);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {  // k-step block * 8 + 2 r + half
-          const uint4 qf = q_frag[(block * 8 + 2 * r + half) * kWarpSize + lane];
-          MmaF16(acc[0], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.x, qf.y);
-          MmaF16(acc[1], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.z, qf.w);
+          for (int half = 0; half < 2; ++half) {  // k-step block * 8 + 2 r + half
+            const int kstep = block * 8 + 2 * r + half;
+            const uint4 qf = q_frag[kstep * kWarpSize + lane];
+            const int chain = 2 * (kstep % kScoreSplit);
+            MmaF16(acc[chain], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.x, qf.y);
+            MmaF16(acc[chain + 1], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.z, qf.w);
+          }
+        }
+      }
+    } else {  // FP8: one 128-dim block of both keys at a time (LoadExpandK's register order = the query's KDim)
+#pragma unroll
+      for (int block = 0; block < kBlocks; ++block) {
+        uint32_t ka[16];
+        uint32_t kb[16];
+        LoadExpandK<kFormat>(row_a, block, t, tab, ka);
+        LoadExpandK<kFormat>(row_b, block, t, tab, kb);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          const int kstep = block * 8 + jj;
+          const uint4 qf = q_frag[kstep * kWarpSize + lane];
+          const int chain = 2 * (kstep % kScoreSplit);
+          MmaF16(acc[chain], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
+          MmaF16(acc[chain + 1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
         }
       }
     }
+    if constexpr (kPipeline) {  // the previous tile's values (independent of this tile's scores)
+      TransposedValueTile<kFormat, kHeadDim>(my_stages + prev_stage * L::kStageBytes + L::kVOffset, prev_valid, g, t,
+                                             tab, prev_pb0, prev_pb1, o_acc);
+    }
     // sc[kk][hh]: key (kk ? 8 + g : g), head 2t + hh.
-    float sc[2][2];
-    sc[0][0] = acc[0][0] + acc[1][0];
-    sc[0][1] = acc[0][1] + acc[1][1];
-    sc[1][0] = acc[0][2] + acc[1][2];
-    sc[1][1] = acc[0][3] + acc[1][3];
+    float sc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) {
+      sc[0][0] += acc[c][0];
+      sc[0][1] += acc[c][1];
+      sc[1][0] += acc[c][2];
+      sc[1][1] += acc[c][3];
+    }
     const float k_scale[2] = {StagedScale<kFormat>(stage + L::kKScaleOffset, key_a),
                               StagedScale<kFormat>(stage + L::kKScaleOffset, key_b)};
     const float v_scale[2] = {StagedScale<kFormat>(stage + L::kVScaleOffset, key_a),
@@ -1017,46 +1187,23 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<KvFormat::kTq3, kH
         o_acc[m][3] *= f1;
       }
     }
-    // ---- values: keys 2t, 2t + 1 (a0, a1 of the A operand) and 8 + 2t, 9 + 2t (a2, a3), one quarter of the
-    // coordinates at a time (kPerR m-tiles).
-    constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
-    constexpr int kPerR = kCoords / 8;
-    // d = 128: thread g takes the 16-coordinate half g & 1 of group g / 2, read as 16-bit plane halves.
-    const uint8_t* v_rows = stage + L::kVOffset + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
-    const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
-    uint32_t w[4][3];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kCodeBytes;
-#pragma unroll
-      for (int plane = 0; plane < 3; ++plane) {
-        w[i][plane] = kHeadDim == 256 ? LoadU32(codes + 4 * plane)
-                                      : uint32_t(*reinterpret_cast<const uint16_t*>(codes + 4 * plane));
-      }
+    if constexpr (!kPipeline) {
+      TransposedValueTile<kFormat, kHeadDim>(stage + L::kVOffset, valid, g, t, tab, pb0, pb1, o_acc);
+      __syncwarp();  // this stage is refilled by a later iteration's copies
+    } else {
+      prev_stage = cur_stage;
+      prev_valid = valid;
+      prev_pb0 = pb0;
+      prev_pb1 = pb1;
+      __syncwarp();  // the previous tile's stage, read above, is refilled now
+      issue_next();
     }
-    Tq3AlignedPlanes even01, odd01, even23, odd23;
-    MergeTq3ValuePlanes(w[0], w[1], even01, odd01);
-    MergeTq3ValuePlanes(w[2], w[3], even23, odd23);
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const uint32_t sel_even01 = Tq3Nibbles(even01, r);
-      const uint32_t sel_odd01 = Tq3Nibbles(odd01, r);
-      const uint32_t sel_even23 = Tq3Nibbles(even23, r);
-      const uint32_t sel_odd23 = Tq3Nibbles(odd23, r);
-#pragma unroll
-      for (int j = 0; j < kCoords / 16; ++j) {  // 16 coordinates (2 m-tiles) at a time: fewer live registers
-        uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-        Tq3Lookup4(ShiftRight(sel_even01, 16 * j), tab, ve01[0], ve01[1]);
-        Tq3Lookup4(ShiftRight(sel_odd01, 16 * j), tab, vo01[0], vo01[1]);
-        Tq3Lookup4(ShiftRight(sel_even23, 16 * j), tab, ve23[0], ve23[1]);
-        Tq3Lookup4(ShiftRight(sel_odd23, 16 * j), tab, vo23[0], vo23[1]);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // m-tile r * kPerR + 2 j + h: coordinates 8 (2 j + h) + r and that + 4
-          MmaF16(o_acc[r * kPerR + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
-        }
-      }
+  }
+  if constexpr (kPipeline) {
+    if (warp < num_tiles) {  // the last tile's values
+      TransposedValueTile<kFormat, kHeadDim>(my_stages + prev_stage * L::kStageBytes + L::kVOffset, prev_valid, g, t,
+                                             tab, prev_pb0, prev_pb1, o_acc);
     }
-    __syncwarp();  // this stage is refilled by a later iteration's copies
   }
   CpAsyncWait<0>();
 
@@ -1130,20 +1277,33 @@ struct MergeParams {
 
 // Merges the items of one view of (seq, head) into one state, then that state into acc via MergePartialState.
 // Items in parallel: lanes reduce the max and the weight sum of the LSEs; the outputs are then accumulated with
-// their weights, four items' loads in flight at a time (the per-item loop is latency bound otherwise).
+// their weights in item order, kUnroll items' loads in flight at a time. The dependent global round trips are
+// what this kernel's time is made of, so the first kUnroll outputs are loaded together with the LSEs, and each lane
+// keeps its LSE (item lane) in a register for the weights instead of reading it again.
 template <int kHeadDim>
 __device__ inline void MergeView(const MergeParams& p, int v, int seq, int head, int lane,
                                  float (&acc)[kHeadDim / kWarpSize], float* acc_lse) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
-  constexpr int kUnroll = 4;
+  constexpr int kUnroll = 8;
   const int begin = p.indptr[v][seq];
   const int end = p.indptr[v][seq + 1];
   if (begin == end) return;
   const size_t first_state = size_t(p.item_offset[v] + begin) * p.num_q_heads + head;
   const size_t stride = size_t(p.num_q_heads);
   const int n = end - begin;
-  float max_lse = -INFINITY;
-  for (int i = lane; i < n; i += kWarpSize) max_lse = fmaxf(max_lse, p.part_lse[first_state + i * stride]);
+  auto load_outputs = [&](int i0, float (&other)[kUnroll][kPerLane]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t state = first_state + size_t(min(i0 + u, n - 1)) * stride;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) other[u][k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+    }
+  };
+  const float lane_lse = lane < n ? p.part_lse[first_state + lane * stride] : -INFINITY;
+  float other[kUnroll][kPerLane];
+  load_outputs(0, other);
+  float max_lse = lane_lse;
+  for (int i = lane + kWarpSize; i < n; i += kWarpSize) max_lse = fmaxf(max_lse, p.part_lse[first_state + i * stride]);
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     max_lse = fmaxf(max_lse, __shfl_xor_sync(kFullWarpMask, max_lse, offset));
@@ -1157,14 +1317,14 @@ __device__ inline void MergeView(const MergeParams& p, int v, int seq, int head,
     for (int k = 0; k < kPerLane; ++k) view_out[k] = 0.0f;
     for (int i = 0; i < n; ++i) {
       const size_t state = first_state + i * stride;
-      float other[kPerLane];
+      float item_out[kPerLane];
 #pragma unroll
-      for (int k = 0; k < kPerLane; ++k) other[k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
-      MergePartialState(view_out, &view_lse, other, p.part_lse[state], kPerLane);
+      for (int k = 0; k < kPerLane; ++k) item_out[k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+      MergePartialState(view_out, &view_lse, item_out, p.part_lse[state], kPerLane);
     }
   } else {
-    float weight_sum = 0.0f;
-    for (int i = lane; i < n; i += kWarpSize) weight_sum += exp2f(p.part_lse[first_state + i * stride] - max_lse);
+    float weight_sum = lane < n ? exp2f(lane_lse - max_lse) : 0.0f;
+    for (int i = lane + kWarpSize; i < n; i += kWarpSize) weight_sum += exp2f(p.part_lse[first_state + i * stride] - max_lse);
 #pragma unroll
     for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
       weight_sum += __shfl_xor_sync(kFullWarpMask, weight_sum, offset);
@@ -1172,15 +1332,15 @@ __device__ inline void MergeView(const MergeParams& p, int v, int seq, int head,
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) view_out[k] = 0.0f;
     for (int i0 = 0; i0 < n; i0 += kUnroll) {
-      float other[kUnroll][kPerLane];
+      if (i0 > 0) load_outputs(i0, other);
       float weight[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int i = min(i0 + u, n - 1);
-        const size_t state = first_state + i * stride;
-        weight[u] = i0 + u < n ? exp2f(p.part_lse[state] - max_lse) : 0.0f;
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) other[u][k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+        const int i = i0 + u;
+        // Item i's LSE: from lane i's register for the first 32 items (a warp-uniform shuffle), else from memory.
+        const float lse_from_lane = __shfl_sync(kFullWarpMask, lane_lse, i % kWarpSize);
+        const float item_lse = i < kWarpSize ? lse_from_lane : p.part_lse[first_state + size_t(min(i, n - 1)) * stride];
+        weight[u] = i < n ? exp2f(item_lse - max_lse) : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -1227,11 +1387,13 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
 
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
 // any run, so a graph capture of the run only sees launches).
-// The partial kernel of a format: TQ3 has its own (v6), BF16 / FP8 share DecodePartialKernel.
+// The partial kernel of a format: TQ3 and FP8 run the transposed kernel (FP8 unless a build turns it off), BF16
+// DecodePartialKernel.
 template <KvFormat kFormat, int kHeadDim>
 constexpr auto PartialKernel() {
-  if constexpr (kFormat == KvFormat::kTq3) {
-    return DecodePartialTq3Kernel<kHeadDim>;
+  if constexpr (kFormat == KvFormat::kTq3 ||
+                (kFormat == KvFormat::kFp8 && (kHeadDim == 128 ? kFp8TransposedD128 : kFp8TransposedD256))) {
+    return DecodePartialTransposedKernel<kFormat, kHeadDim>;
   } else {
     return DecodePartialKernel<kFormat, kHeadDim>;
   }
