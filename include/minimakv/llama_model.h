@@ -1,5 +1,5 @@
 // LlamaModel: the weights and hyper-parameters of a Llama-family GGUF model, plus its tokenizer:
-//   general.architecture "llama": SmolLM, SmolLM2, Llama 2, TinyLlama, Llama 3 (without rope_freqs scaling);
+//   general.architecture "llama": SmolLM, SmolLM2, Llama 2, TinyLlama, Llama 3, Llama 3.1+ (rope_freqs.weight);
 //   general.architecture "qwen2": Qwen2 / Qwen2.5 (the Llama block plus q/k/v biases, NEOX RoPE).
 // Inference runs in InferenceSession (inference_session.h).
 //
@@ -36,6 +36,8 @@ struct LlamaConfig {
   int vocab_size = 0;
   int context_length = 0;      // llama.context_length (trained context)
   float rope_freq_base = 10000.0f;  // llama.rope.freq_base
+  std::vector<float> rope_freq_factors;  // tensor rope_freqs.weight (Llama 3.1+): pair i turns by theta_i / factor_i;
+                                         // empty = none
   int rope_dims = 0;           // llama.rope.dimension_count (default head_dim)
   float rms_norm_eps = 1e-5f;  // llama.attention.layer_norm_rms_epsilon
   bool tied_embeddings = false;

@@ -152,10 +152,6 @@ Status LlamaModel::Load(const std::string& path, const LlamaLoadOptions& options
     MINIMAKV_RETURN_IF_ERROR(f.GetFloat32(k + "rope.freq_base", &c.rope_freq_base));
   }
   MINIMAKV_RETURN_IF_ERROR(f.GetFloat32(k + "attention.layer_norm_rms_epsilon", &c.rms_norm_eps));
-  if (f.FindTensor("rope_freqs.weight") != nullptr) {
-    // Llama 3.1+ scales RoPE frequencies per dimension pair; ignoring it would silently change the model.
-    return Status::Unsupported("model tensor 'rope_freqs.weight' (per-dimension RoPE frequency scaling)");
-  }
   if (f.Find(k + "rope.scaling.type") != nullptr) {
     std::string scaling;
     MINIMAKV_RETURN_IF_ERROR(f.GetString(k + "rope.scaling.type", &scaling));
@@ -174,6 +170,24 @@ Status LlamaModel::Load(const std::string& path, const LlamaLoadOptions& options
   if (c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
     return Status::Corruption(k + "rope.dimension_count " + std::to_string(c.rope_dims) + " vs head_dim " +
                               std::to_string(c.head_dim));
+  }
+  if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight"); freqs != nullptr) {
+    // Llama 3.1+ (llama.cpp's "llama3" RoPE scaling): one divisor per rotated pair, theta_i / factor_i.
+    if (freqs->type != GgmlType::kF32 || freqs->num_elements != c.rope_dims / 2) {
+      return Status::Corruption("tensor 'rope_freqs.weight' must hold rope_dims / 2 = " +
+                                std::to_string(c.rope_dims / 2) + " f32 values; it holds " +
+                                std::to_string(freqs->num_elements) + " of type " +
+                                std::string(GgmlTypeName(freqs->type)));
+    }
+    c.rope_freq_factors.resize(size_t(freqs->num_elements));
+    std::memcpy(c.rope_freq_factors.data(), freqs->data, sizeof(float) * c.rope_freq_factors.size());
+    for (size_t i = 0; i < c.rope_freq_factors.size(); ++i) {
+      const float factor = c.rope_freq_factors[i];
+      if (!(factor > 0.0f) || !std::isfinite(factor)) {
+        return Status::Corruption("tensor 'rope_freqs.weight' entry " + std::to_string(i) + " is " +
+                                  std::to_string(factor) + "; RoPE frequency divisors must be finite and > 0");
+      }
+    }
   }
   MINIMAKV_RETURN_IF_ERROR(Tokenizer::FromGguf(f, &m->tokenizer_));
   c.vocab_size = m->tokenizer_->vocab_size();

@@ -116,6 +116,8 @@ struct TinyOptions {
   bool permute_to_adjacent = false;  // write q/k (weights and biases) in "normal" RoPE order
   float bias_scale = 0.5f;           // 0: zero biases
   bool drop_k_bias = false;
+  float freq_base = 1000000.0f;   // Qwen2.5's base
+  std::vector<float> rope_freqs;  // written as rope_freqs.weight when not empty (Llama 3.1+ frequency divisors)
 };
 
 std::string WriteTinyQwen(const TinyOptions& o) {
@@ -130,7 +132,7 @@ std::string WriteTinyQwen(const TinyOptions& o) {
   w.AddU32(k + "attention.head_count", kHeads);
   w.AddU32(k + "attention.head_count_kv", kKvHeads);
   w.AddU32(k + "context_length", 256);
-  w.AddF32(k + "rope.freq_base", 1000000.0f);  // Qwen2.5's base
+  w.AddF32(k + "rope.freq_base", o.freq_base);
   w.AddF32(k + "attention.layer_norm_rms_epsilon", 1e-6f);
   std::vector<std::string> vocab = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   for (char ch = 'a'; ch <= 'z'; ++ch) vocab.push_back(std::string(1, ch));
@@ -141,6 +143,7 @@ std::string WriteTinyQwen(const TinyOptions& o) {
   w.AddF32Tensor("token_embd.weight", {kEmbd, kVocab}, RandomValues(&rng, size_t(kEmbd * kVocab), 1.0f));
   w.AddF32Tensor("output.weight", {kEmbd, kVocab}, RandomValues(&rng, size_t(kEmbd * kVocab), 0.1f));  // untied
   w.AddF32Tensor("output_norm.weight", {kEmbd}, std::vector<float>(kEmbd, 1.0f));
+  if (!o.rope_freqs.empty()) w.AddF32Tensor("rope_freqs.weight", {int64_t(o.rope_freqs.size())}, o.rope_freqs);
   const float ws = 1.0f / std::sqrt(float(kEmbd));
   const int q_dim = kHeads * kHeadDim, kv_dim = kKvHeads * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
@@ -251,6 +254,44 @@ TEST(Qwen2Model, NeoxRopeEqualsAdjacentRopeOnPermutedRows) {
   zero.bias_scale = 0.0f;
   ASSERT_TRUE(LoadTiny(zero, &no_bias).ok());
   EXPECT_GT(MaxAbsDiff(a, PrefillLogits(*no_bias, KvMode::kDense, kPrompt)), 1e-2);
+}
+
+// rope_freqs.weight divides pair i's angle by factor_i. With base b1 and factor_i = (b2 / b1)^(2i / d) the angle
+// is pos * b1^(-2i/d) / factor_i = pos * b2^(-2i/d): the model must give the logits of base b2 with no factors (up
+// to fp32 rounding of the angles). Ignoring the factors leaves base b1 and moves the logits far more.
+TEST(Qwen2Model, RopeFreqFactorsDivideTheAngles) {
+  constexpr float kBaseWithFactors = 10000.0f, kBaseEquivalent = 1000000.0f;
+  TinyOptions o;
+  o.freq_base = kBaseWithFactors;
+  for (int i = 0; i < kHeadDim / 2; ++i) {
+    o.rope_freqs.push_back(float(std::pow(double(kBaseEquivalent) / kBaseWithFactors, 2.0 * i / kHeadDim)));
+  }
+  std::unique_ptr<LlamaModel> with_factors, equivalent, base_only;
+  ASSERT_TRUE(LoadTiny(o, &with_factors).ok());
+  EXPECT_EQ(with_factors->config().rope_freq_factors, o.rope_freqs);
+  TinyOptions plain;
+  plain.freq_base = kBaseEquivalent;
+  ASSERT_TRUE(LoadTiny(plain, &equivalent).ok());
+  plain.freq_base = kBaseWithFactors;
+  ASSERT_TRUE(LoadTiny(plain, &base_only).ok());
+  const std::vector<float> a = PrefillLogits(*with_factors, KvMode::kDense, kPrompt);
+  EXPECT_LT(MaxAbsDiff(a, PrefillLogits(*equivalent, KvMode::kDense, kPrompt)), 1e-3);
+  EXPECT_GT(MaxAbsDiff(a, PrefillLogits(*base_only, KvMode::kDense, kPrompt)), 1e-2);
+}
+
+TEST(Qwen2Model, BadRopeFreqFactorsAreErrorsNamingTheTensor) {
+  std::unique_ptr<LlamaModel> m;
+  TinyOptions o;
+  o.rope_freqs.assign(kHeadDim / 2 - 1, 1.0f);  // one short
+  Status s = LoadTiny(o, &m);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("rope_freqs.weight"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(std::to_string(kHeadDim / 2 - 1)), std::string::npos) << s.ToString();
+  o.rope_freqs.assign(kHeadDim / 2, 1.0f);
+  o.rope_freqs[5] = 0.0f;  // a zero divisor
+  s = LoadTiny(o, &m);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("entry 5"), std::string::npos) << s.ToString();
 }
 
 TEST(Qwen2Model, DecodeThroughBf16CacheTracksDensePrefill) {
