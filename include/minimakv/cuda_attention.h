@@ -82,6 +82,8 @@ class CudaDecodePlan {
   friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
                               PartialStatesOut, cudaStream_t);
   friend Status CudaDecodeMerge(const CudaDecodePlan&, void*, PartialStatesOut, cudaStream_t);
+  // CudaDecodeMerge's launch; programmatic = a dependent launch inside CudaDecodeRun (cuda_attention.cu).
+  friend Status CudaDecodeMergeLaunch(const CudaDecodePlan&, void*, PartialStatesOut, cudaStream_t, bool programmatic);
   CudaDecodeShape shape_;
   int num_views_ = 0;
   KvFormat formats_[kCudaMaxViews] = {};

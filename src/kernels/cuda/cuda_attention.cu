@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_warp_rotation.cuh"
 #include "minimakv/cuda_cache_ops.h"
@@ -70,6 +71,9 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_FP8_TRANSPOSED_D256
 #define MINIMAKV_FP8_TRANSPOSED_D256 1
 #endif
+#ifndef MINIMAKV_CUDA_PDL
+#define MINIMAKV_CUDA_PDL 1
+#endif
 #ifndef MINIMAKV_TQ3_SCORE_SPLIT
 #define MINIMAKV_TQ3_SCORE_SPLIT 2
 #endif
@@ -84,6 +88,8 @@ constexpr bool kTq3Pipeline = MINIMAKV_TQ3_PIPELINE != 0;
 // FP8 pages through the transposed kernel (DecodePartialTransposedKernel) instead of DecodePartialKernel.
 constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
 constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
+// Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
+constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
 
 Status CudaError(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::Ok();
@@ -153,6 +159,15 @@ __device__ inline void E4m3x4ToF16x2x2(uint32_t four_codes, uint32_t& lo, uint32
 // Fragment reads from the staged tile (shared memory).
 __device__ inline uint4 LoadU4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ inline uint32_t LoadU32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Programmatic dependent launch (sm_90): the kernels of one decode step after the first are launched with
+// programmatic stream serialization (LaunchKernel below), so the next kernel's CTAs may start while this one's
+// last CTAs run. Each kernel lets its dependent start once all its CTAs run (AllowDependentLaunch at the top) and
+// calls WaitForPriorGrids (the previous kernel of the stream has completed and its writes are visible) before it
+// reads anything an earlier kernel of the step wrote, and in any case before it exits, so that completion stays
+// transitive along the stream. Without the launch attribute both are no-ops.
+__device__ inline void AllowDependentLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ inline void WaitForPriorGrids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 // fp16 centroid byte tables for prmt: byte m of lo = low byte of fp16(c[m]); sign only changes the high byte.
 struct Tq3Tables {
@@ -485,6 +500,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int t = lane & 3;   // thread in group
   const int kv_head = blockIdx.y;
   const CudaWorkItem item = p.items[blockIdx.x];
+  AllowDependentLaunch();
   const Tq3Tables tab = MakeTq3Tables();
 
   const int page_tokens = p.layout.page_tokens;
@@ -507,6 +523,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
   }
 
+  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
   BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
   __syncthreads();
 
@@ -746,6 +763,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
   }
   __syncthreads();
+  if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
 }
 
@@ -985,6 +1003,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
   const int kv_head = blockIdx.y;
   const CudaWorkItem item = p.items[blockIdx.x];
+  AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
   // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
   // back before nearly every prmt (~65 extra instructions per tile in the SASS).
@@ -1021,6 +1040,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
+  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
   BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
   __syncthreads();
   const Tq3Tables tab = shared_tables[lane];
@@ -1234,6 +1254,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
   }
   __syncthreads();
+  if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
 }
 
@@ -1244,6 +1265,7 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize)
     RotateQueryKernel(const float* q, float* q_rot, int rows, CudaSignBits signs, float inv_sqrt_dim) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
+  AllowDependentLaunch();
   const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   float v[kPerLane];
@@ -1360,6 +1382,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergeParams p) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
+  WaitForPriorGrids();  // the partial states of this step
   const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
   if (row >= p.num_seqs * p.num_q_heads) return;
   const int seq = row / p.num_q_heads;
@@ -1433,21 +1456,39 @@ Status PartialOccupancyFor(KvFormat format, int head_dim, int* ctas_per_sm) {
   return Status::Internal("unknown format");
 }
 
+// A kernel launch; programmatic = may overlap the previous kernel of the stream (see AllowDependentLaunch).
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                         bool programmatic, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = programmatic && kProgrammaticLaunch ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 template <KvFormat kFormat, int kHeadDim>
-Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
+Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
   using L = TileLayout<kFormat, kHeadDim>;
   MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
-  PartialKernel<kFormat, kHeadDim>()
-      <<<dim3(unsigned(items), unsigned(kv_heads)), kDecodeThreads, L::kSmemBytes, stream>>>(params);
-  return CudaError(cudaGetLastError(), "decode partial kernel launch");
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim>(), dim3(unsigned(items), unsigned(kv_heads)),
+                                dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
+                   "decode partial kernel launch");
 }
 
 template <int kHeadDim>
-Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, int kv_heads, cudaStream_t stream) {
+Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, int kv_heads, cudaStream_t stream,
+                        bool programmatic) {
   switch (format) {
-    case KvFormat::kBf16: return LaunchPartial<KvFormat::kBf16, kHeadDim>(params, items, kv_heads, stream);
-    case KvFormat::kFp8: return LaunchPartial<KvFormat::kFp8, kHeadDim>(params, items, kv_heads, stream);
-    case KvFormat::kTq3: return LaunchPartial<KvFormat::kTq3, kHeadDim>(params, items, kv_heads, stream);
+    case KvFormat::kBf16: return LaunchPartial<KvFormat::kBf16, kHeadDim>(params, items, kv_heads, stream, programmatic);
+    case KvFormat::kFp8: return LaunchPartial<KvFormat::kFp8, kHeadDim>(params, items, kv_heads, stream, programmatic);
+    case KvFormat::kTq3: return LaunchPartial<KvFormat::kTq3, kHeadDim>(params, items, kv_heads, stream, programmatic);
   }
   return Status::Internal("unknown format");
 }
@@ -1596,6 +1637,9 @@ Status CudaDecodePlan::Upload(void* d_workspace, cudaStream_t stream) const {
 // -------------------------------------------------------------------------------------------------------------
 // Run
 
+Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream,
+                             bool programmatic);
+
 Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
                      void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
   const CudaDecodeShape& shape = plan.shape_;
@@ -1618,6 +1662,9 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
   const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
 
 
+  // Launch order: query rotation (if a view is TQ3), the TQ3 partial kernel (it waits for the rotation), the
+  // other partial kernels (they overlap the TQ3 kernel's last wave), the merge. Every kernel after the first is a
+  // programmatic dependent launch (AllowDependentLaunch); the first one is ordered after all earlier stream work.
   for (int v = 0; v < num_views; ++v) {
     const PagedKvView& view = views[v];
     const PageLayout& layout = view.layout;
@@ -1626,21 +1673,36 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
       return Status::InvalidArgument("view " + std::to_string(v) +
                                      " does not match the plan (format, page_tokens, kv_heads, head_dim, num_seqs)");
     }
-    const bool is_tq3 = layout.format == KvFormat::kTq3;
-    if (is_tq3) {
-      if (shape.head_dim == 256) {
-        RotateQueryKernel<256><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(d_q, q_rot, rows, signs,
-                                                                                    inv_sqrt_dim);
-      } else {
-        RotateQueryKernel<128><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(d_q, q_rot, rows, signs,
-                                                                                    inv_sqrt_dim);
-      }
-      MINIMAKV_RETURN_IF_ERROR(CudaError(cudaGetLastError(), "query rotation launch"));
-    }
-    if (plan.item_count_[v] == 0) continue;
-    if (view.pages == nullptr || view.page_ids == nullptr) {
+    if (plan.item_count_[v] > 0 && (view.pages == nullptr || view.page_ids == nullptr)) {
       return Status::InvalidArgument("view " + std::to_string(v) + ": null pages or page_ids");
     }
+  }
+  bool programmatic = false;  // false for the step's first launch
+  int order[kCudaMaxViews];
+  int num_ordered = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // TQ3 views first
+    for (int v = 0; v < num_views; ++v) {
+      if ((views[v].layout.format == KvFormat::kTq3) == (pass == 0)) order[num_ordered++] = v;
+    }
+  }
+  for (int k = 0; k < num_ordered; ++k) {
+    const int v = order[k];
+    const PagedKvView& view = views[v];
+    const PageLayout& layout = view.layout;
+    const bool is_tq3 = layout.format == KvFormat::kTq3;
+    if (is_tq3) {
+      const dim3 grid(row_blocks);
+      const dim3 block(kMergeWarps * kWarpSize);
+      const cudaError_t error =
+          shape.head_dim == 256
+              ? LaunchKernel(RotateQueryKernel<256>, grid, block, 0, stream, programmatic, d_q, q_rot, rows, signs,
+                             inv_sqrt_dim)
+              : LaunchKernel(RotateQueryKernel<128>, grid, block, 0, stream, programmatic, d_q, q_rot, rows, signs,
+                             inv_sqrt_dim);
+      MINIMAKV_RETURN_IF_ERROR(CudaError(error, "query rotation launch"));
+      programmatic = true;
+    }
+    if (plan.item_count_[v] == 0) continue;
     DecodeParams params{};
     params.pages = view.pages;
     params.page_ids = view.page_ids;
@@ -1655,16 +1717,23 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.q_scale = shape.sm_scale * kLog2e;
     if (shape.head_dim == 256) {
       MINIMAKV_RETURN_IF_ERROR(
-          LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream));
+          LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
     } else {
       MINIMAKV_RETURN_IF_ERROR(
-          LaunchPartialFor<128>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream));
+          LaunchPartialFor<128>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
     }
+    programmatic = true;
   }
-  return CudaDecodeMerge(plan, d_workspace, out, stream);
+  return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, programmatic);
 }
 
+
 Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
+  return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, /*programmatic=*/false);
+}
+
+Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream,
+                             bool programmatic) {
   const CudaDecodeShape& shape = plan.shape_;
   if (shape.num_seqs == 0) return Status::Ok();
   if (d_workspace == nullptr || out.out == nullptr || out.lse_log2 == nullptr) {
@@ -1689,12 +1758,11 @@ Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialSta
   }
   const int rows = shape.num_seqs * shape.num_q_heads;
   const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
-  if (shape.head_dim == 256) {
-    MergeKernel<256><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(merge);
-  } else {
-    MergeKernel<128><<<row_blocks, kMergeWarps * kWarpSize, 0, stream>>>(merge);
-  }
-  return CudaError(cudaGetLastError(), "merge kernel launch");
+  const dim3 grid(row_blocks);
+  const dim3 block(kMergeWarps * kWarpSize);
+  return CudaError(shape.head_dim == 256 ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
+                                         : LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge),
+                   "merge kernel launch");
 }
 
 }  // namespace minimakv
