@@ -2,7 +2,10 @@
 // format: median time of one decode step (CudaDecodeRun: query rotation, partial kernels, merge) over many runs,
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
-// Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--only SHAPE CTX BATCH]... (repeatable)
+// Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
+// L2 flush (--flush): read (default since v8) = one read sweep of a 256 MB buffer, which leaves the L2 full of
+// clean lines; memset (v1-v7) = writing 256 MB, which leaves ~50 MB of dirty lines that the timed step must
+// write back (measured: ~10 us more per step at every size). torch_sdpa_bench.py flushes the same way.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -179,6 +182,7 @@ int main(int argc, char** argv) {
   };
   std::vector<OnlyConfig> only;
   bool skip_convert = false;
+  bool flush_by_memset = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -191,6 +195,7 @@ int main(int argc, char** argv) {
     }
     else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_by_memset = !std::strcmp(argv[++i], "memset");
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -200,7 +205,17 @@ int main(int argc, char** argv) {
   Timer timer;
   uint8_t* d_flush;
   CUDA_OK(cudaMalloc(&d_flush, kFlushBytes));
-  auto flush_l2 = [&]() { CUDA_OK(cudaMemsetAsync(d_flush, 0, kFlushBytes, stream)); };
+  uint32_t* d_flush_sink;
+  CUDA_OK(cudaMalloc(&d_flush_sink, 4));
+  CUDA_OK(cudaMemset(d_flush, 1, kFlushBytes));
+  auto flush_l2 = [&]() {
+    if (flush_by_memset) {
+      CUDA_OK(cudaMemsetAsync(d_flush, 0, kFlushBytes, stream));
+    } else {
+      ReadBandwidthKernel<<<sm_count * 8, 512, 0, stream>>>(reinterpret_cast<const uint4*>(d_flush), kFlushBytes / 16,
+                                                             d_flush_sink);
+    }
+  };
   auto time_once = [&](auto&& fn) {
     flush_l2();
     CUDA_OK(cudaEventRecord(timer.start, stream));
@@ -232,7 +247,8 @@ int main(int argc, char** argv) {
     CUDA_OK(cudaFree(d_buf));
     CUDA_OK(cudaFree(d_sink));
   }
-  std::printf("device %s, %d SMs, measured read bandwidth %.0f GB/s\n", prop.name, sm_count, read_gbps);
+  std::printf("device %s, %d SMs, measured read bandwidth %.0f GB/s, L2 flush by %s\n", prop.name, sm_count,
+              read_gbps, flush_by_memset ? "memset" : "read sweep");
 
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) {
@@ -393,5 +409,6 @@ int main(int argc, char** argv) {
   }
   if (csv) std::fclose(csv);
   CUDA_OK(cudaFree(d_flush));
+  CUDA_OK(cudaFree(d_flush_sink));
   return 0;
 }

@@ -1,25 +1,52 @@
 """torch scaled_dot_product_attention decode on dense contiguous BF16 K/V: the peer baseline of the CUDA bench.
 
 Same shapes, contexts and batches as bench/cuda/cuda_decode_bench.cu; one query token per sequence, GQA through
-enable_gqa (no K/V expansion). Timed with triton.testing.do_bench (median, L2 flushed between runs).
-Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick]
+enable_gqa (no K/V expansion). Median of CUDA-event times, the L2 flushed before every run the same way as the CUDA
+bench (--flush read: one read sweep of a 256 MB buffer, clean L2 lines; --flush memset: writing it, as
+triton.testing.do_bench does, which leaves dirty lines for the timed call to write back).
+Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick] [--flush read|memset]
 """
 import argparse
 import csv
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 SHAPES = [("qwen3.6-27b", 24, 4, 256), ("llama3-8b", 32, 8, 128)]
 MEMORY_BUDGET_BYTES = 100 << 30
+FLUSH_BYTES = 256 << 20  # > 4x the 60 MB L2
+WARMUP_RUNS = 10
+TIMED_RUNS = 50
+
+
+def time_us(fn, flush):
+    """Median time of fn in us over TIMED_RUNS runs, the L2 flushed before each (outside the timed region)."""
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    times = []
+    for r in range(WARMUP_RUNS + TIMED_RUNS):
+        flush()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        if r >= WARMUP_RUNS:
+            times.append(start.elapsed_time(stop) * 1000.0)
+    times.sort()
+    return times[len(times) // 2]
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--csv", required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--flush", choices=["read", "memset"], default="read")
     args = parser.parse_args()
+    flush_buf = torch.ones(FLUSH_BYTES // 4, device="cuda", dtype=torch.int32)
+    if args.flush == "read":
+        flush = lambda: flush_buf.sum()
+    else:
+        flush = lambda: flush_buf.zero_()
     contexts = [32768] if args.quick else [8192, 32768, 65536, 131072]
     batches = [8] if args.quick else [1, 8, 32]
     rows = []
@@ -35,8 +62,7 @@ def main():
                 fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                 fn()
                 torch.cuda.synchronize()
-                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                us = ms * 1000.0
+                us = time_us(fn, flush)
                 gbps = kv_bytes / us * 1e-3
                 print(f"torch sdpa {name:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
                 rows.append(["torch_sdpa", name, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
