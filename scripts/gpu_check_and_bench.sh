@@ -9,18 +9,19 @@ MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=${OUT:-$ROOT/build/gpu-out}
 BUILD=${MINIMAKV_GPU_BUILD:-$ROOT/build/gpu}
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR" "$BUILD"
 JOBS=$(nproc 2>/dev/null || echo 8)
 status=0
 
 echo "== configure + build ($(date -u +%H:%M:%S))"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 cmake -S "$ROOT" -B "$BUILD" -DMINIMAKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMINIMAKV_BUILD_TESTS=ON \
-  -DMINIMAKV_BUILD_BENCH=OFF -DMINIMAKV_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=Release > "$OUT_DIR/cmake.log" 2>&1 \
-  || { tail -30 "$OUT_DIR/cmake.log"; exit 1; }
-cmake --build "$BUILD" --target minimakv_cuda_tests minimakv_cuda_bench -j "$JOBS" > "$OUT_DIR/build.log" 2>&1 \
-  || { grep -E "error" -A3 "$OUT_DIR/build.log" | head -60; exit 1; }
-grep -E "registers|spill" "$OUT_DIR/build.log" | grep -B1 -E "[1-9][0-9]* bytes spill" | head -10
+  -DMINIMAKV_BUILD_BENCH=OFF -DMINIMAKV_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=Release > "$BUILD/cmake.log" 2>&1 \
+  || { tail -30 "$BUILD/cmake.log"; exit 1; }
+# (configure and build logs stay in the build folder: $OUT brings back at most 8 files)
+cmake --build "$BUILD" --target minimakv_cuda_tests minimakv_cuda_bench -j "$JOBS" > "$BUILD/build.log" 2>&1 \
+  || { grep -E "error" -A3 "$BUILD/build.log" | head -60; exit 1; }
+grep -E "registers|spill" "$BUILD/build.log" | grep -B1 -E "[1-9][0-9]* bytes spill" | head -10
 TESTS=$(find "$BUILD" -name minimakv_cuda_tests -type f | head -1)
 BENCH=$(find "$BUILD" -name minimakv_cuda_bench -type f | head -1)
 
@@ -48,7 +49,8 @@ if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the pa
   read -r p_shape p_ctx p_batch p_fmt <<< "$PROFILE"
   echo "== ncu $PROFILE ($(date -u +%H:%M:%S))"
   kernel_regex="DecodePartialKernelILNS_8KvFormatE${p_fmt}E"
-  [[ $p_fmt == 2 ]] && kernel_regex="DecodePartialTq3Kernel"  # TQ3 has its own kernel (v6)
+  # TQ3 (v6+) and FP8 (v8) run the transposed kernel
+  [[ $p_fmt != 0 ]] && kernel_regex="DecodePartialTransposedKernelILNS_8KvFormatE${p_fmt}E"
   timeout "${PROFILE_TIMEOUT_S:-120}" ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$kernel_regex" \
     --launch-skip 3 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
     --section Occupancy --section ComputeWorkloadAnalysis --section InstructionStats \
