@@ -369,6 +369,12 @@ __device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src));
 }
+// The same with constant byte offsets on both addresses (immediates of the instruction, no address arithmetic).
+template <int kDstOffset, int kSrcOffset>
+__device__ inline void CpAsync16Imm(uint32_t smem_dst, const void* global_src) {
+  asm volatile("cp.async.cg.shared.global [%0 + %2], [%1 + %3], 16;\n" ::"r"(smem_dst), "l"(global_src),
+               "n"(kDstOffset), "n"(kSrcOffset));
+}
 __device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ inline void CpAsyncWait() {
@@ -880,16 +886,23 @@ __device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int hea
                                     int scales_section, int v_scales_section, int lane) {
   using L = TileLayout<KvFormat::kTq3, kHeadDim>;
   constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
-  const uint8_t* k_src = page + head_token * L::kCodeBytes;
-  const uint8_t* v_src = k_src + v_codes_section;
-#pragma unroll
-  for (int i = 0; i < (kCodeChunks + kWarpSize - 1) / kWarpSize; ++i) {
-    const int c = lane + kWarpSize * i;
-    if (kCodeChunks % kWarpSize == 0 || c < kCodeChunks) {
-      CpAsync16(stage + L::kKOffset + c * 16, k_src + c * 16);
-      CpAsync16(stage + L::kVOffset + c * 16, v_src + c * 16);
-    }
+  // One 64-bit source address per run and one shared address per lane; the chunk offsets are immediates of the
+  // copy instructions (v8: ~20 integer ops per tile less than 64-bit address arithmetic per chunk).
+  const uint8_t* k_lane = page + head_token * L::kCodeBytes + 16 * lane;
+  const uint8_t* v_lane = k_lane + v_codes_section;
+  const uint32_t dst_lane = uint32_t(__cvta_generic_to_shared(stage)) + 16 * lane;
+  constexpr int kRound = 16 * kWarpSize;  // bytes one round of the warp copies
+  CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
+  CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
+  if (kCodeChunks >= 2 * kWarpSize || (kCodeChunks > kWarpSize && lane + kWarpSize < kCodeChunks)) {
+    CpAsync16Imm<L::kKOffset + kRound, kRound>(dst_lane, k_lane);
+    CpAsync16Imm<L::kVOffset + kRound, kRound>(dst_lane, v_lane);
   }
+  if (kCodeChunks >= 3 * kWarpSize || (kCodeChunks > 2 * kWarpSize && lane + 2 * kWarpSize < kCodeChunks)) {
+    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(dst_lane, k_lane);
+    CpAsync16Imm<L::kVOffset + 2 * kRound, 2 * kRound>(dst_lane, v_lane);
+  }
+  static_assert(kCodeChunks >= kWarpSize && kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
   static_assert(L::kScaleBytes == 2, "TQ3 scales are fp16");
   // 16 fp16 scales = two 16-byte chunks per run: lanes 0-1 K scales, lanes 2-3 V scales.
   if (lane < 4) {
@@ -940,7 +953,9 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
   uint32_t w[4][3];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kVStride;
+    // No clamp to the last valid key: the copy always stages all 16 rows of the tile (unused page slots included),
+    // any TQ3 code decodes to a finite value, and a masked key's probability is exactly 0.
+    const uint8_t* codes = v_rows + keys[i] * L::kVStride;
 #pragma unroll
     for (int plane = 0; plane < 3; ++plane) {
       w[i][plane] = kHeadDim == 256 ? LoadU32(codes + 4 * plane)
