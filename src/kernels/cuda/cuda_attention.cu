@@ -962,6 +962,34 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
                                     : uint32_t(*reinterpret_cast<const uint16_t*>(codes + 4 * plane));
     }
   }
+  if constexpr (kHeadDim == 128) {
+    // The 16-bit plane halves of keys 2t and 8 + 2t share one 32-bit word (low / high half), those of 2t + 1 and
+    // 9 + 2t another (disjoint halves: the packing is an integer multiply-add), so one merged selector word serves
+    // both key pairs: its low 16 bits give pair (2t, 2t + 1), its high 16 bits pair (8 + 2t, 9 + 2t) of the same
+    // coordinates (the word has the shape of a d = 256 group; v8: ~25 fewer integer ALU ops per tile).
+    uint32_t w02[3];
+    uint32_t w13[3];
+#pragma unroll
+    for (int plane = 0; plane < 3; ++plane) {
+      w02[plane] = w[0][plane] + w[2][plane] * 65536u;
+      w13[plane] = w[1][plane] + w[3][plane] * 65536u;
+    }
+    Tq3AlignedPlanes even, odd;
+    MergeTq3ValuePlanes(w02, w13, even, odd);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint32_t sel_even = Tq3Nibbles(even, r);
+      const uint32_t sel_odd = Tq3Nibbles(odd, r);
+      uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
+      Tq3Lookup4(sel_even, tab, ve01[0], ve01[1]);
+      Tq3Lookup4(sel_odd, tab, vo01[0], vo01[1]);
+      Tq3Lookup4(ShiftRight(sel_even, 16), tab, ve23[0], ve23[1]);
+      Tq3Lookup4(ShiftRight(sel_odd, 16), tab, vo23[0], vo23[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) MmaF16(o_acc[r * kPerR + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+    }
+    return;
+  }
   Tq3AlignedPlanes even01, odd01, even23, odd23;
   MergeTq3ValuePlanes(w[0], w[1], even01, odd01);
   MergeTq3ValuePlanes(w[2], w[3], even23, odd23);
