@@ -140,13 +140,6 @@ MINIMAKV_AMX_TARGET inline void PrefetchL2(const uint8_t* p, size_t bytes) {
   }
 }
 
-// A 32-bit lane mask loaded straight from memory (a load-port uop; see LoadMask16 in the AVX-512 kernels).
-MINIMAKV_AMX_TARGET inline __mmask32 LoadMask32(const uint8_t* p) {
-  __mmask32 mask;
-  asm("kmovd %1, %0" : "=k"(mask) : "m"(*reinterpret_cast<const uint32_t*>(p)));
-  return mask;
-}
-
 // The upper 16 bits of every fp32 lane of a (lanes 0..15) and b (lanes 16..31): exact bf16 when the values
 // are bf16-representable.
 MINIMAKV_AMX_TARGET inline __m512i PackUpperHalves(__m512 a, __m512 b) {
