@@ -74,6 +74,11 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
+// v9: TQ3 scores on the integer tensor cores (mma m16n8k32 s8): key units as two exact int8 digits, the query
+// as two int8 digits of a per-head fixed point (docs/cuda-notes.md, "v9"). 0 = the v8 fp16 score path.
+#ifndef MINIMAKV_TQ3_IMMA
+#define MINIMAKV_TQ3_IMMA 1
+#endif
 #ifndef MINIMAKV_TQ3_SCORE_SPLIT
 #define MINIMAKV_TQ3_SCORE_SPLIT 2
 #endif
@@ -90,6 +95,7 @@ constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
 constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 // Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
+constexpr bool kTq3Imma = MINIMAKV_TQ3_IMMA != 0;
 
 Status CudaError(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::Ok();
@@ -789,6 +795,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 //  5. (v8) TQ3 is software-pipelined (kTq3Pipeline): the score phase of a warp's tile i and the value phase of
 //     its tile i - 1 are one instruction stream. FP8 uses the same structure with hardware E4M3 conversions
 //     (value bytes of two keys interleaved by one prmt before the conversion: key-paired registers directly).
+//  6. (v9) TQ3 scores on the integer tensor cores (kTq3Imma, mma m16n8k32 s8): keys as two exact int8 digits from
+//     one prmt each per 4 coordinates, the query as three int8 digits of a per-head 24-bit fixed point.
 
 __device__ inline uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
   uint32_t d;
@@ -877,6 +885,132 @@ __device__ inline void MergeTq3ValuePlanes(const uint32_t (&wa)[3], const uint32
   }
   even = AlignTq3Planes(e[0], e[1], e[2]);
   odd = AlignTq3Planes(o[0], o[1], o[2]);
+}
+
+// ---- v9: TQ3 scores on the integer tensor cores (kTq3Imma).
+// The key units of tq3_codec.h times 512 are the integers 175, 540, 960, 1536; each is split exactly into two
+// int8 digits, units * 512 = 256 hi + lo (hi = 1, 2, 4, 6; lo = -81, 28, -64, 0), so one prmt of an 8-byte table
+// (byte index = sign << 2 | magnitude, the code itself) turns four 3-bit codes into four int8 digits, without
+// the fp16 low/high byte lookups and the interleave of the fp16 path (2 instead of 4 prmt per 4 coordinates).
+// The query (scaled into base 2) becomes a 24-bit fixed point per head, Q = round(q * kTq3QueryFixedMax / max |q|),
+// split into three int8 digits Q = 65536 q2 + 256 q1 + q0 (|q2| <= 127, q1, q0 in [-128, 127]). mma m16n8k32 s8
+// gives exact int32 sums per digit pair; five of the six pairs are summed: S2 = hi x q2 (weight 2^24), S1 = hi x q1
+// + lo x q2 (2^16), S0 = hi x q0 + lo x q1 (2^8), combined once per tile in fp32 as (2^24 S2 + 2^16 S1 + 2^8 S0) *
+// max |q| / (kTq3QueryFixedMax * 512) (|S2| <= 256 x 6 x 127 at d = 256: far from overflow). The dropped lo x q0
+// term is below max |q| 2^-16 |lo| per coordinate (|lo| <= 81 of units up to 1536). Measured (v9 run 1): a 16-bit
+// query (two digits, all four pairs) gave LSE errors up to 5.2e-4 relative in the GPU tests (bound 2e-4; the
+// test's random queries and keys are nearly orthogonal, so the LSE is small against |q| |k|).
+constexpr int kTq3UnitDenominator = 512;  // units * 512 are integers (tq3_codec.h: 175/512, 135/128, 15/8, 3)
+constexpr int kTq3DigitBits = 8;
+constexpr int kTq3DigitBase = 1 << kTq3DigitBits;  // weight of the high digit of keys and query
+constexpr int kTq3QueryFixedMax = (127 * kTq3DigitBase + 127) * kTq3DigitBase + 127;  // largest |Q|: digits fit int8
+__host__ __device__ constexpr float Tq3Unit(int m) {
+  return m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3;
+}
+__host__ __device__ constexpr int Tq3UnitInteger(int m) { return int(Tq3Unit(m) * kTq3UnitDenominator); }
+__host__ __device__ constexpr int Tq3UnitHighDigit(int m) {
+  return (Tq3UnitInteger(m) + kTq3DigitBase / 2) / kTq3DigitBase;
+}
+__host__ __device__ constexpr int Tq3UnitLowDigit(int m) {
+  return Tq3UnitInteger(m) - kTq3DigitBase * Tq3UnitHighDigit(m);
+}
+constexpr bool Tq3DigitsExact() {
+  for (int m = 0; m < 4; ++m) {
+    if (float(Tq3UnitInteger(m)) != Tq3Unit(m) * kTq3UnitDenominator) return false;  // integer units
+    if (Tq3UnitHighDigit(m) > 127 || Tq3UnitLowDigit(m) < -127 || Tq3UnitLowDigit(m) > 127) return false;
+  }
+  return true;
+}
+static_assert(Tq3DigitsExact(), "TQ3 units * 512 must be integers with two int8 digits (negated digits too)");
+
+// int8 digit tables for prmt: byte m of *_pos = digit of +unit m, of *_neg = digit of -unit m.
+struct Tq3DigitTables {
+  uint32_t hi_pos, hi_neg, lo_pos, lo_neg;
+};
+__device__ inline Tq3DigitTables MakeTq3DigitTables() {
+  Tq3DigitTables t{0, 0, 0, 0};
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int hi = Tq3UnitHighDigit(m);
+    const int lo = Tq3UnitLowDigit(m);
+    t.hi_pos |= uint32_t(uint8_t(int8_t(hi))) << (8 * m);
+    t.hi_neg |= uint32_t(uint8_t(int8_t(-hi))) << (8 * m);
+    t.lo_pos |= uint32_t(uint8_t(int8_t(lo))) << (8 * m);
+    t.lo_neg |= uint32_t(uint8_t(int8_t(-lo))) << (8 * m);
+  }
+  return t;
+}
+
+// D = A B + D with A 16 x 32 s8 (a0, a2: row g, k 4t..4t+3 and 16+4t..; a1, a3: row 8 + g), B 32 x 8 s8 (b0: k
+// 4t..4t+3, b1: k 16+4t.., column g), D 16 x 8 s32 (the m16n8k16 f32 accumulator layout).
+__device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                             uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Query digit fragments for the integer score MMAs, once per CTA in shared memory: q_frag[k-step][lane] = {q2 b0,
+// q2 b1, q1 b0, q1 b1}, q_frag0[k-step][lane] = {q0 b0, q0 b1} of head g = lane / 4 for k-step (block, quarter r) =
+// 4 block + r, where byte e of b0 (b1) is dim 128 block + 32 t + 4 e + r (+ 16): the order in which
+// Tq3Nibbles(., r) and its upper half present a key's coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
+template <int kHeadDim>
+__device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, int kv_head,
+                                              uint4* q_frag, uint2* q_frag0, float* q_amax) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  auto query_row = [&](int row) {
+    return p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim;
+  };
+  for (int row = warp; row < kMaxGroup; row += kDecodeWarps) {
+    float amax = 0.0f;
+    if (row < p.group) {
+      const float* q_row = query_row(row);
+      for (int i = lane; i < kHeadDim; i += kWarpSize) amax = fmaxf(amax, fabsf(q_row[i] * p.q_scale));
+    }
+#pragma unroll
+    for (int offset = 1; offset < kWarpSize; offset *= 2) {
+      amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, offset));
+    }
+    if (lane == 0) q_amax[row] = amax;
+  }
+  __syncthreads();
+  constexpr int kSteps = kHeadDim / 32;
+  for (int e = threadIdx.x; e < kSteps * kWarpSize; e += kDecodeThreads) {
+    const int kstep = e / kWarpSize;
+    const int ln = e % kWarpSize;
+    const int row = ln >> 2;
+    const int tt = ln & 3;
+    const int block = kstep / 4;
+    const int r = kstep % 4;
+    const float* q_row = row < p.group ? query_row(row) : nullptr;
+    const float amax = q_amax[row];
+    const float to_fixed = amax > 0.0f ? float(kTq3QueryFixedMax) / amax : 0.0f;
+    uint32_t d2[2] = {0u, 0u};
+    uint32_t d1[2] = {0u, 0u};
+    uint32_t d0[2] = {0u, 0u};
+    constexpr int kHalf = kTq3DigitBase / 2;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int byte = 0; byte < 4; ++byte) {
+        const int dim = block * kBlockDims + 32 * tt + 16 * j + 4 * byte + r;
+        const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
+        const int fixed = min(max(__float2int_rn(v * to_fixed), -kTq3QueryFixedMax), kTq3QueryFixedMax);
+        // Floor divisions (arithmetic shifts) with the lower digits centred: q1, q0 in [-128, 127].
+        const int q2 = (fixed + kHalf * kTq3DigitBase + kHalf) >> (2 * kTq3DigitBits);
+        const int rest = fixed - (q2 << (2 * kTq3DigitBits));
+        const int q1 = (rest + kHalf) >> kTq3DigitBits;
+        const int q0 = rest - (q1 << kTq3DigitBits);
+        d2[j] |= uint32_t(q2 & 0xFF) << (8 * byte);
+        d1[j] |= uint32_t(q1 & 0xFF) << (8 * byte);
+        d0[j] |= uint32_t(q0 & 0xFF) << (8 * byte);
+      }
+    }
+    q_frag[e] = make_uint4(d2[0], d2[1], d1[0], d1[1]);
+    q_frag0[e] = make_uint2(d0[0], d0[1]);
+  }
 }
 
 // Copies of one TQ3 tile (16 tokens starting at the page-section row head_token = kv_head * page_tokens + tok0):
@@ -1039,6 +1173,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
   uint8_t* stages_base = smem + L::kQFragBytes;
+  // kImma: {q2, q1} digit fragments in q_frag's first half (k-steps of 32 dims), {q0} in the rest.
+  uint2* q_frag0 = reinterpret_cast<uint2*>(q_frag + (kHeadDim / 32) * kWarpSize);
+  static_assert((kHeadDim / 32) * kWarpSize * 24 <= L::kQFragBytes, "digit fragments fit the fp16 fragment area");
 
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -1052,6 +1189,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // back before nearly every prmt (~65 extra instructions per tile in the SASS).
   __shared__ Tq3Tables shared_tables[kWarpSize];
   if (threadIdx.x < kWarpSize) shared_tables[threadIdx.x] = MakeTq3Tables();
+  constexpr bool kImma = kFormat == KvFormat::kTq3 && kTq3Imma;
+  __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
+  __shared__ float q_amax[kMaxGroup];
+  if (kImma && threadIdx.x < kWarpSize) shared_digits[threadIdx.x] = MakeTq3DigitTables();
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
@@ -1084,9 +1225,23 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     issue_tile += kDecodeWarps;
   }
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
-  BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
+  if constexpr (kImma) {
+    BuildTq3DigitFragments<kHeadDim>(p, item, kv_head, q_frag, q_frag0, q_amax);
+  } else {
+    BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
+  }
   __syncthreads();
   const Tq3Tables tab = shared_tables[lane];
+  const Tq3DigitTables digits = shared_digits[kImma ? lane : 0];
+  // Integer scores -> base-2 logits before the key scale: heads 2t, 2t + 1 (rows >= group hold zero queries).
+  float score_unit[2] = {0.0f, 0.0f};
+  if constexpr (kImma) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      score_unit[hh] = q_amax[2 * t + hh] * (1.0f / (float(kTq3QueryFixedMax) * float(kTq3UnitDenominator))) *
+                       float(1 << kTq3DigitBits);  // S0's weight 2^8 folded in
+    }
+  }
 
   float row_max[2] = {-INFINITY, -INFINITY};  // heads 2t, 2t + 1, uniform over g
   float row_sum[2] = {0.0f, 0.0f};            // heads 2t, 2t + 1, this thread's keys (reduced over g at the end)
@@ -1135,11 +1290,46 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     float acc[kChains][4];
 #pragma unroll
     for (int c = 0; c < kChains; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+    int iacc[3][4];  // integer scores (kImma): S2, S1, S0
+#pragma unroll
+    for (int c = 0; c < 3; ++c) iacc[c][0] = iacc[c][1] = iacc[c][2] = iacc[c][3] = 0;
     const int key_a = min(g, valid - 1);
     const int key_b = min(8 + g, valid - 1);
     const uint8_t* row_a = stage + L::kKOffset + key_a * L::kKStride;
     const uint8_t* row_b = stage + L::kKOffset + key_b * L::kKStride;
-    if constexpr (kFormat == KvFormat::kTq3) {
+    if constexpr (kImma) {
+      const uint8_t* codes_a = row_a + t * 12;
+      const uint8_t* codes_b = row_b + t * 12;
+#pragma unroll
+      for (int block = 0; block < kBlocks; ++block) {
+        const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
+        const uint8_t* gb = codes_b + block * 48;
+        const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
+        const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 4 e + r (a0, a1), 16 + 4 e + r (a2, a3)
+          const uint32_t na = Tq3Nibbles(planes_a, r);
+          const uint32_t nb = Tq3Nibbles(planes_b, r);
+          const uint32_t na_up = ShiftRight(na, 16);
+          const uint32_t nb_up = ShiftRight(nb, 16);
+          const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
+          const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
+          const uint32_t h0 = Prmt(digits.hi_pos, digits.hi_neg, na);
+          const uint32_t h1 = Prmt(digits.hi_pos, digits.hi_neg, nb);
+          const uint32_t h2 = Prmt(digits.hi_pos, digits.hi_neg, na_up);
+          const uint32_t h3 = Prmt(digits.hi_pos, digits.hi_neg, nb_up);
+          MmaS8(iacc[0], h0, h1, h2, h3, qf.x, qf.y);    // hi x q2
+          MmaS8(iacc[1], h0, h1, h2, h3, qf.z, qf.w);    // hi x q1
+          MmaS8(iacc[2], h0, h1, h2, h3, qf0.x, qf0.y);  // hi x q0
+          const uint32_t l0 = Prmt(digits.lo_pos, digits.lo_neg, na);
+          const uint32_t l1 = Prmt(digits.lo_pos, digits.lo_neg, nb);
+          const uint32_t l2 = Prmt(digits.lo_pos, digits.lo_neg, na_up);
+          const uint32_t l3 = Prmt(digits.lo_pos, digits.lo_neg, nb_up);
+          MmaS8(iacc[1], l0, l1, l2, l3, qf.x, qf.y);    // lo x q2
+          MmaS8(iacc[2], l0, l1, l2, l3, qf.z, qf.w);    // lo x q1
+        }
+      }
+    } else if constexpr (kFormat == KvFormat::kTq3) {
       const uint8_t* codes_a = row_a + t * 12;
       const uint8_t* codes_b = row_b + t * 12;
 #pragma unroll
@@ -1187,12 +1377,23 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     }
     // sc[kk][hh]: key (kk ? 8 + g : g), head 2t + hh.
     float sc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    if constexpr (kImma) {
+      // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at d = 256,
+      // so 2^8 S1 + S0 stays below 2^30 in int32; S2 converts exactly, the sum rounds once in fp32.
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) {
-      sc[0][0] += acc[c][0];
-      sc[0][1] += acc[c][1];
-      sc[1][0] += acc[c][2];
-      sc[1][1] += acc[c][3];
+      for (int i = 0; i < 4; ++i) {
+        const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
+        const float s2 = float(iacc[0][i]) * float(kTq3DigitBase * kTq3DigitBase);
+        sc[i >> 1][i & 1] = (s2 + float(low)) * score_unit[i & 1];
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) {
+        sc[0][0] += acc[c][0];
+        sc[0][1] += acc[c][1];
+        sc[1][0] += acc[c][2];
+        sc[1][1] += acc[c][3];
+      }
     }
     const float k_scale[2] = {StagedScale<kFormat>(stage + L::kKScaleOffset, key_a),
                               StagedScale<kFormat>(stage + L::kKScaleOffset, key_b)};
