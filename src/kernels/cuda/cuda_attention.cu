@@ -79,6 +79,10 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_IMMA
 #define MINIMAKV_TQ3_IMMA 1
 #endif
+// v9: TQ3 softmax without reductions while a tile's scores stay within 1 (log2) of the running max.
+#ifndef MINIMAKV_TQ3_LAZY_MAX
+#define MINIMAKV_TQ3_LAZY_MAX 1
+#endif
 #ifndef MINIMAKV_TQ3_SCORE_SPLIT
 #define MINIMAKV_TQ3_SCORE_SPLIT 2
 #endif
@@ -96,6 +100,8 @@ constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 // Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
 constexpr bool kTq3Imma = MINIMAKV_TQ3_IMMA != 0;
+constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
+constexpr float kLazyMaxMargin = 1.0f;  // log2 units: probabilities up to 2 (fp16 P^T up to 2^15, see the kernel)
 
 Status CudaError(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::Ok();
@@ -1190,6 +1196,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __shared__ Tq3Tables shared_tables[kWarpSize];
   if (threadIdx.x < kWarpSize) shared_tables[threadIdx.x] = MakeTq3Tables();
   constexpr bool kImma = kFormat == KvFormat::kTq3 && kTq3Imma;
+  constexpr bool kLazyMax = kFormat == KvFormat::kTq3 && kTq3LazyMax;
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kMaxGroup];
   if (kImma && threadIdx.x < kWarpSize) shared_digits[threadIdx.x] = MakeTq3DigitTables();
@@ -1400,37 +1407,74 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const float v_scale[2] = {StagedScale<kFormat>(stage + L::kVScaleOffset, key_a),
                               StagedScale<kFormat>(stage + L::kVScaleOffset, key_b)};
     const bool key_valid[2] = {g < valid, 8 + g < valid};
-    float alpha[2];
     float prob[2][2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) sc[kk][hh] = key_valid[kk] ? sc[kk][hh] * k_scale[kk] : -INFINITY;
-      float tile_max = fmaxf(sc[0][hh], sc[1][hh]);
-#pragma unroll
-      for (int offset = 4; offset < kWarpSize; offset *= 2) {  // over the 8 key-row groups
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
-      }
-      const float new_max = fmaxf(row_max[hh], tile_max);  // finite: key 0 of a tile is always valid
-      alpha[hh] = Exp2Approx(row_max[hh] - new_max);
-      row_max[hh] = new_max;
-      prob[0][hh] = Exp2Approx(sc[0][hh] - new_max);
-      prob[1][hh] = Exp2Approx(sc[1][hh] - new_max);
-      row_sum[hh] = row_sum[hh] * alpha[hh] + (prob[0][hh] + prob[1][hh]);
     }
-    // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
-    float ratio = 1.0f;
-    {
-      float v_max = fmaxf(v_scale[0], v_scale[1]);
+    // Lazy update (kLazyMax, TQ3): while no score of the tile lies more than kLazyMaxMargin above the running max
+    // of its head and no V scale exceeds the largest one seen (v_unit * kProbScale), the tile is taken against the
+    // current max and unit: no shuffle reductions, no exp2 of the max change, no rescale check. Probabilities are
+    // then at most 2^kLazyMaxMargin, and the fp16 P^T entries at most 2^(14 + margin) < 65504. A tile that does not
+    // fit (the first one always: the max starts at -inf) takes the full update below.
+    bool full_update = true;
+    if constexpr (kLazyMax) {
+      const float v_max_seen = v_unit * kProbScale;  // exact: kProbScale is a power of two
+      const bool fits = sc[0][0] <= row_max[0] + kLazyMaxMargin && sc[1][0] <= row_max[0] + kLazyMaxMargin &&
+                        sc[0][1] <= row_max[1] + kLazyMaxMargin && sc[1][1] <= row_max[1] + kLazyMaxMargin &&
+                        v_scale[0] <= v_max_seen && v_scale[1] <= v_max_seen;
+      full_update = __any_sync(kFullWarpMask, !fits);
+    }
+    if (!full_update) {
 #pragma unroll
-      for (int offset = 4; offset < kWarpSize; offset *= 2) {
-        v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, offset));
+      for (int hh = 0; hh < 2; ++hh) {
+        prob[0][hh] = Exp2Approx(sc[0][hh] - row_max[hh]);
+        prob[1][hh] = Exp2Approx(sc[1][hh] - row_max[hh]);
+        row_sum[hh] += prob[0][hh] + prob[1][hh];
       }
-      const float new_unit = v_max * (1.0f / kProbScale);
-      if (new_unit > v_unit) {
-        ratio = v_unit / new_unit;
-        v_unit = new_unit;
-        inv_v_unit = kProbScale / v_max;
+    } else {
+      float alpha[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float tile_max = fmaxf(sc[0][hh], sc[1][hh]);
+#pragma unroll
+        for (int offset = 4; offset < kWarpSize; offset *= 2) {  // over the 8 key-row groups
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
+        }
+        const float new_max = fmaxf(row_max[hh], tile_max);  // finite: key 0 of a tile is always valid
+        alpha[hh] = Exp2Approx(row_max[hh] - new_max);
+        row_max[hh] = new_max;
+        prob[0][hh] = Exp2Approx(sc[0][hh] - new_max);
+        prob[1][hh] = Exp2Approx(sc[1][hh] - new_max);
+        row_sum[hh] = row_sum[hh] * alpha[hh] + (prob[0][hh] + prob[1][hh]);
+      }
+      // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
+      float ratio = 1.0f;
+      {
+        float v_max = fmaxf(v_scale[0], v_scale[1]);
+#pragma unroll
+        for (int offset = 4; offset < kWarpSize; offset *= 2) {
+          v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, offset));
+        }
+        const float new_unit = v_max * (1.0f / kProbScale);
+        if (new_unit > v_unit) {
+          ratio = v_unit / new_unit;
+          v_unit = new_unit;
+          inv_v_unit = kProbScale / v_max;
+        }
+      }
+      // Rescale O columns (heads 2t, 2t + 1); the previous tile's values (pipelined) are already in o_acc.
+      const float f0 = alpha[0] * ratio;
+      const float f1 = alpha[1] * ratio;
+      if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          o_acc[m][0] *= f0;
+          o_acc[m][1] *= f1;
+          o_acc[m][2] *= f0;
+          o_acc[m][3] *= f1;
+        }
       }
     }
     // P^T fragments of the value MMA: b0 = keys (2t, 2t + 1), b1 = keys (8 + 2t, 9 + 2t) of head g, i.e. the
@@ -1439,18 +1483,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         PackHalf2(prob[0][0] * (v_scale[0] * inv_v_unit), prob[0][1] * (v_scale[0] * inv_v_unit)));
     const uint32_t pb1 = TransposeB16x8x8(
         PackHalf2(prob[1][0] * (v_scale[1] * inv_v_unit), prob[1][1] * (v_scale[1] * inv_v_unit)));
-    // Rescale O columns (heads 2t, 2t + 1).
-    const float f0 = alpha[0] * ratio;
-    const float f1 = alpha[1] * ratio;
-    if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        o_acc[m][0] *= f0;
-        o_acc[m][1] *= f1;
-        o_acc[m][2] *= f0;
-        o_acc[m][3] *= f1;
-      }
-    }
     if constexpr (!kPipeline) {
       TransposedValueTile<kFormat, kHeadDim>(stage + L::kVOffset, valid, g, t, tab, pb0, pb1, o_acc);
       __syncwarp();  // this stage is refilled by a later iteration's copies
