@@ -231,6 +231,14 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOpti
     for (size_t t = 0; t < plans[p].tasks.size(); ++t) work.emplace_back(p, t);
     for (size_t m = 0; m < plans[p].merges.size(); ++m) merges.emplace_back(p, m);
   }
+  // Longest tasks first (pages x rows), so the threads' last tasks are short ones: with mixed views (a Minima
+  // step has a few short FP8 tasks beside long TQ3 ones) the short tasks fill in at the end instead of a long
+  // one running alone. The order does not change any result: each task writes its own rows.
+  auto task_cost = [&](const std::pair<size_t, size_t>& w) {
+    const cpu::KernelTask& t = plans[w.first].tasks[w.second];
+    return int64_t(t.num_pages) * t.num_rows;
+  };
+  std::stable_sort(work.begin(), work.end(), [&](const auto& a, const auto& b) { return task_cost(a) > task_cost(b); });
   std::vector<cpu::KernelFn> kernels;  // per plan: the family chosen for its view's format
   for (const ViewPlan& plan : plans) kernels.push_back(KernelOf(options, plan.format));
   ParallelFor(work.size(), num_threads, [&](size_t i) { kernels[work[i].first](plans[work[i].first].tasks[work[i].second]); });
