@@ -23,10 +23,10 @@ namespace minimakv {
 // CPU kernel families. A family the CPU (or, for AMX, the OS) lacks falls back to the next one down:
 // amx -> avx512 -> scalar. The choice is made in one place, kernels/cpu/cpu_dispatch.cpp.
 enum class CpuKernelFamily : uint8_t {
-  kAuto,    // per format, the family measured fastest on this project's AMX machine: AMX for FP8, AVX-512
-            // for BF16 and TQ3 (kernels/cpu/cpu_dispatch.cpp); the environment variable MINIMAKV_CPU_ISA (auto |
+  kAuto,    // per format, the family measured fastest on this project's AMX machine: AMX for FP8 and TQ3,
+            // AVX-512 for BF16 (kernels/cpu/cpu_dispatch.cpp); the environment variable MINIMAKV_CPU_ISA (auto |
             // amx | avx512 | scalar) replaces kAuto for a whole process
-  kAmx,     // AMX for every format
+  kAmx,     // AMX (with GFNI for the TQ3 code expansion) for every format
   kAvx512,  // AVX-512 for every format
   kScalar,  // the portable scalar kernels (the reference)
 };
