@@ -34,21 +34,26 @@ void RmsNorm(const float* x, const float* weight, int n, float eps, float* y) {
 // the angle advanced by repeated multiplication in fp32 as ggml's rope cache does. NEOX RoPE (qwen2) rotates
 // the pairs (x[i], x[i + dims/2]) by the same angles (ggml rope_f32 with GGML_ROPE_TYPE_NEOX). Frequency factors
 // (rope_freqs.weight, may be empty) divide pair i's angle, as ggml_rope_cache_init's theta / freq_factors[i].
-void ApplyRope(float* x, int heads, int head_dim, int rope_dims, int64_t pos, float freq_base,
-               const std::vector<float>& freq_factors, bool neox) {
-  const float theta_scale = std::pow(freq_base, -2.0f / float(rope_dims));
+// cos/sin of every rotated pair's angle at one position; q and k of that position share it.
+struct RopeAngles {
   float cos_sin[2 * 256];
+};
+void RopeAnglesAt(int rope_dims, int64_t pos, float freq_base, const std::vector<float>& freq_factors,
+                  RopeAngles* angles) {
+  const float theta_scale = std::pow(freq_base, -2.0f / float(rope_dims));
   float theta = float(pos);
   for (int i = 0; i < rope_dims; i += 2) {
     const float angle = freq_factors.empty() ? theta : theta / freq_factors[size_t(i / 2)];
-    cos_sin[i] = std::cos(angle);
-    cos_sin[i + 1] = std::sin(angle);
+    angles->cos_sin[i] = std::cos(angle);
+    angles->cos_sin[i + 1] = std::sin(angle);
     theta *= theta_scale;
   }
+}
+void ApplyRope(float* x, int heads, int head_dim, int rope_dims, const RopeAngles& angles, bool neox) {
   for (int h = 0; h < heads; ++h) {
     float* v = x + int64_t(h) * head_dim;
     for (int i = 0; i < rope_dims; i += 2) {
-      const float c = cos_sin[i], s = cos_sin[i + 1];
+      const float c = angles.cos_sin[i], s = angles.cos_sin[i + 1];
       const int i0 = neox ? i / 2 : i, i1 = neox ? i / 2 + rope_dims / 2 : i + 1;
       const float x0 = v[i0], x1 = v[i1];
       v[i0] = x0 * c - x1 * s;
@@ -313,10 +318,10 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
       }
     }
     for (int64_t t = 0; t < T; ++t) {
-      ApplyRope(im.q.data() + t * q_dim, nq, hd, c.rope_dims, num_past_ + t, c.rope_freq_base, c.rope_freq_factors,
-                c.rope_neox);
-      ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, num_past_ + t, c.rope_freq_base, c.rope_freq_factors,
-                c.rope_neox);
+      RopeAngles angles;
+      RopeAnglesAt(c.rope_dims, num_past_ + t, c.rope_freq_base, c.rope_freq_factors, &angles);
+      ApplyRope(im.q.data() + t * q_dim, nq, hd, c.rope_dims, angles, c.rope_neox);
+      ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, angles, c.rope_neox);
     }
 
     // The chunk's K/V into the followers' caches (shared prefill) and, for a paged prefill chunk, into our own
