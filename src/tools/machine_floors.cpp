@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -23,7 +24,6 @@
 #pragma GCC diagnostic pop
 #define MINIMAKV_FLOORS_X86 1
 #define MINIMAKV_FLOORS_AVX512 __attribute__((target("avx512f")))
-#define MINIMAKV_FLOORS_AMX __attribute__((target("amx-tile,amx-bf16")))
 #endif
 
 namespace minimakv {
@@ -93,40 +93,23 @@ MINIMAKV_FLOORS_AVX512 float FmaLoopAvx512(int64_t iterations) {
 // depend on values.
 constexpr int kAmxChains = 4;
 constexpr double kAmxMacsPerInstruction = 16.0 * 16.0 * 32.0;
-struct alignas(64) AmxFloorConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// LDTILECFG through our own asm: GCC 12's _tile_loadconfig declares only a pointer-sized memory operand, so the
-// compiler may drop the stores that fill the rest of the 64-byte configuration (seen here: only the palette
-// byte was stored before the ldtilecfg, which then faulted).
-MINIMAKV_FLOORS_AMX inline void LoadTileConfig(const AmxFloorConfig& config) { asm volatile("ldtilecfg %0" : : "m"(config)); }
-
-MINIMAKV_FLOORS_AMX void AmxLoop(int64_t iterations) {
-  AmxFloorConfig config;
-  for (int t = 0; t < 6; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
-  alignas(64) static const uint8_t zeros[16 * 64] = {};
-  LoadTileConfig(config);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, zeros, 64);
-  _tile_loadd(5, zeros, 64);
+void AmxLoop(int64_t iterations) {
+  using namespace cpu::amx;  // kernels/cpu/amx_tiles.h: the tile primitives the AMX kernels use
+  alignas(64) static const uint8_t zeros[kTileRows * kTileRowBytes] = {};
+  LoadTileConfig(FullShapeTiles(kAmxChains + 2));  // C tiles 0-3, A tile 4, B tile 5
+  TileZero<0>();
+  TileZero<1>();
+  TileZero<2>();
+  TileZero<3>();
+  TileLoad<4>(zeros, kTileRowBytes);
+  TileLoad<5>(zeros, kTileRowBytes);
   for (int64_t i = 0; i < iterations; ++i) {
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_dpbf16ps(1, 4, 5);
-    _tile_dpbf16ps(2, 4, 5);
-    _tile_dpbf16ps(3, 4, 5);
+    TileDot<0, 4, 5>();
+    TileDot<1, 4, 5>();
+    TileDot<2, 4, 5>();
+    TileDot<3, 4, 5>();
   }
-  _tile_release();
+  TileRelease();
 }
 #endif
 

@@ -41,7 +41,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/key_blocks.h"
 #include "minimakv/scalar_formats.h"
 #include "minimakv/tq3_codec.h"
 
@@ -63,9 +65,17 @@
 namespace minimakv::cpu {
 namespace {
 
+// Tile shape and instructions: kernels/cpu/amx_tiles.h (shared with the AMX peak of tools/machine_floors.cpp).
+using amx::kTileRowBytes;  // bytes per tile row (the maximum)
+using amx::kTileRows;      // rows of every tile we configure
+using amx::LoadTileConfig;
+using amx::TileDot;
+using amx::TileLoad;
+using amx::TileRelease;
+using amx::TileStore;
+using amx::TileZero;
+
 constexpr int kLanes = 16;           // fp32 lanes of a zmm register
-constexpr int kTileRows = 16;        // rows of every tile we configure
-constexpr int kTileRowBytes = 64;    // bytes per tile row (the maximum)
 constexpr int kTileBf16 = 32;        // bf16 per tile row: the K of one TDPBF16PS
 constexpr int kTileCols = 16;        // fp32 columns of a C tile
 constexpr int kBlockKeys = 64;       // keys scored before one softmax pass
@@ -89,43 +99,6 @@ constexpr float kExp2Taylor[8] = {1.0f,
                                   1.525273380405984e-05f};
 constexpr float kExp2MinInput = -160.0f;
 
-// LDTILECFG operand (SDM vol. 1, 18.2): palette 1, then bytes per row of tiles 0..15, then rows.
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// LDTILECFG through our own asm: GCC 12's _tile_loadconfig declares only a pointer-sized memory operand, so the
-// compiler may drop the stores that fill the rest of the 64-byte configuration (seen here: only the palette
-// byte was stored before the ldtilecfg, which then faulted).
-MINIMAKV_AMX_TARGET inline void LoadTileConfig(const TileConfig& config) {
-  asm volatile("ldtilecfg %0" : : "m"(config) : "memory");
-}
-
-// Tile instructions through our own asm. Unlike GCC 12's _tile_loadd, loads declare that they read memory
-// ("memory" clobber), so the compiler keeps the stores that fill a scratch tile before the load.
-template <int kTile>
-MINIMAKV_AMX_TARGET inline void TileLoad(const void* base, size_t stride_bytes) {
-  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(base), "r"(stride_bytes), "i"(kTile) : "memory");
-}
-template <int kTile>
-MINIMAKV_AMX_TARGET inline void TileStore(void* base, size_t stride_bytes) {
-  asm volatile("tilestored %%tmm%c2, (%0,%1,1)" : : "r"(base), "r"(stride_bytes), "i"(kTile) : "memory");
-}
-template <int kTile>
-MINIMAKV_AMX_TARGET inline void TileZero() {
-  asm volatile("tilezero %%tmm%c0" : : "i"(kTile));
-}
-// C += A * B (TDPBF16PS).
-template <int kC, int kA, int kB>
-MINIMAKV_AMX_TARGET inline void TileDot() {
-  asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
-}
-MINIMAKV_AMX_TARGET inline void TileRelease() { asm volatile("tilerelease" : : : "memory"); }
-
 MINIMAKV_AMX_TARGET inline __m512 Exp2(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(kExp2MinInput));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -135,12 +108,6 @@ MINIMAKV_AMX_TARGET inline __m512 Exp2(__m512 x) {
   return _mm512_scalef_ps(poly, n);
 }
 
-constexpr size_t kCacheLineBytes = 64;
-MINIMAKV_AMX_TARGET inline void PrefetchL2(const uint8_t* p, size_t bytes) {
-  for (size_t offset = 0; offset < bytes; offset += kCacheLineBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
-  }
-}
 
 // The upper 16 bits of every fp32 lane of a (lanes 0..15) and b (lanes 16..31): exact bf16 when the values
 // are bf16-representable.
@@ -599,51 +566,21 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
     ws.running_max[r] = -INFINITY;
     ws.running_sum[r] = 0.0f;
   }
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = kTileRowBytes;
-    config.rows[t] = kTileRows;
-  }
-  LoadTileConfig(config);
+  LoadTileConfig(amx::FullShapeTiles(amx::kTileRegisters));
   const typename Codec::State state = MakeCodecState<Codec>();
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
-  // 2. Blocks of keys, page by page.
-  auto page_tokens = [&](int p) { return p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens; };
-  auto page_base = [&](int p) { return task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes(); };
-  for (int p = 0; p < task.num_pages; ++p) {
-    const uint8_t* page = page_base(p);
-    const int tokens = page_tokens(p);
-    for (int t0 = 0; t0 < tokens; t0 += kBlockKeys) {
-      const int n = std::min(kBlockKeys, tokens - t0);
-      const uint8_t* next_keys = nullptr;
-      int next_n = 0;
-      const uint8_t* next_page = page;
-      int next_t0 = t0 + kBlockKeys;
-      if (next_t0 < tokens) {
-        next_n = std::min(kBlockKeys, tokens - next_t0);
-      } else if (p + 1 < task.num_pages) {
-        next_page = page_base(p + 1);
-        next_t0 = 0;
-        next_n = std::min(kBlockKeys, page_tokens(p + 1));
-      }
-      if (next_n > 0) {
-        next_keys = next_page + layout.k_codes_offset(task.kv_head, next_t0);
-        if constexpr (kHasScales) {
-          PrefetchL2(next_page + layout.k_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
-          PrefetchL2(next_page + layout.v_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
-        }
-      }
-      if constexpr (kHasScales) {
-        LoadScales<Codec>(page + layout.k_scale_offset(task.kv_head, t0), n, ws.key_scale);
-        LoadScales<Codec>(page + layout.v_scale_offset(task.kv_head, t0), n, ws.value_scale);
-      }
-      const uint8_t* values = page + layout.v_codes_offset(task.kv_head, t0);
-      ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, values, n, d, ws);
-      SoftmaxBlock<ROWS>(n, d, kHasScales, ws);
-      ValueBlock<Codec, ROWS>(state, values, code_bytes, n, d, next_keys, size_t(next_n) * code_bytes, ws);
+  // 2. Blocks of keys, page by page (kernels/cpu/key_blocks.h; it prefetches the next block's scales).
+  ForEachKeyBlock<kBlockKeys, kHasScales>(task, [&](const KeyBlock& b) {
+    if constexpr (kHasScales) {
+      LoadScales<Codec>(b.page + layout.k_scale_offset(task.kv_head, b.t0), b.n, ws.key_scale);
+      LoadScales<Codec>(b.page + layout.v_scale_offset(task.kv_head, b.t0), b.n, ws.value_scale);
     }
-  }
+    const uint8_t* values = b.page + layout.v_codes_offset(task.kv_head, b.t0);
+    ScoreBlock<Codec, ROWS>(state, b.page + layout.k_codes_offset(task.kv_head, b.t0), code_bytes, values, b.n, d, ws);
+    SoftmaxBlock<ROWS>(b.n, d, kHasScales, ws);
+    ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
+  });
   TileRelease();
   // 3. Normalize, restore coordinate order, rotate TQ3 back.
   for (int r = 0; r < ROWS; ++r) {

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/key_blocks.h"
 #include "minimakv/scalar_formats.h"
 #include "minimakv/tq3_codec.h"
 
@@ -64,14 +65,6 @@ MINIMAKV_AVX512_TARGET inline __m512 Exp2(__m512 x) {
   return _mm512_scalef_ps(poly, n);
 }
 
-// Software prefetch of `bytes` bytes from `p` into L2: pages are scattered in the pool, so the hardware
-// streamer (which stops at 4 KiB boundaries) alone leaves a core short of memory-level parallelism.
-constexpr size_t kCacheLineBytes = 64;
-MINIMAKV_AVX512_TARGET inline void PrefetchL2(const uint8_t* p, size_t bytes) {
-  for (size_t offset = 0; offset < bytes; offset += kCacheLineBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
-  }
-}
 
 // Lane i of the result = sum of the 16 lanes of v[i]: a transpose-and-add tree, 45 instructions for 16 sums
 // instead of 16 separate horizontal reductions.
@@ -408,45 +401,17 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
   const typename Codec::State state = MakeCodecState<Codec>();
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
-  // 2. Blocks of keys, page by page.
-  auto page_tokens = [&](int p) { return p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens; };
-  auto page_base = [&](int p) { return task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes(); };
-  for (int p = 0; p < task.num_pages; ++p) {
-    const uint8_t* page = page_base(p);
-    const int tokens = page_tokens(p);
-    for (int t0 = 0; t0 < tokens; t0 += kBlockKeys) {
-      const int n = std::min(kBlockKeys, tokens - t0);
-      // The block after this one: same page further on, else the next page's first block.
-      const uint8_t* next_keys = nullptr;
-      int next_n = 0;
-      const uint8_t* next_page = page;
-      int next_t0 = t0 + kBlockKeys;
-      if (next_t0 < tokens) {
-        next_n = std::min(kBlockKeys, tokens - next_t0);
-      } else if (p + 1 < task.num_pages) {
-        next_page = page_base(p + 1);
-        next_t0 = 0;
-        next_n = std::min(kBlockKeys, page_tokens(p + 1));
-      }
-      if (next_n > 0) {
-        next_keys = next_page + layout.k_codes_offset(task.kv_head, next_t0);
-        if constexpr (kHasScales) {  // the next block's scales: two short runs the key prefetch does not cover
-          PrefetchL2(next_page + layout.k_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
-          PrefetchL2(next_page + layout.v_scale_offset(task.kv_head, next_t0), size_t(next_n) * layout.scale_bytes());
-        }
-      }
-      if constexpr (kHasScales) {
-        const uint8_t* k_scales = page + layout.k_scale_offset(task.kv_head, t0);
-        const uint8_t* v_scales = page + layout.v_scale_offset(task.kv_head, t0);
-        LoadScales<Codec>(k_scales, n, ws.key_scale);
-        LoadScales<Codec>(v_scales, n, ws.value_scale);
-      }
-      const uint8_t* values = page + layout.v_codes_offset(task.kv_head, t0);
-      ScoreBlock<Codec, ROWS>(state, page + layout.k_codes_offset(task.kv_head, t0), code_bytes, values, n, d, ws);
-      SoftmaxBlock<ROWS>(n, d, kHasScales, ws);
-      ValueBlock<Codec, ROWS>(state, values, code_bytes, n, d, next_keys, next_n, ws);
+  // 2. Blocks of keys, page by page (kernels/cpu/key_blocks.h; it prefetches the next block's scales).
+  ForEachKeyBlock<kBlockKeys, kHasScales>(task, [&](const KeyBlock& b) {
+    if constexpr (kHasScales) {
+      LoadScales<Codec>(b.page + layout.k_scale_offset(task.kv_head, b.t0), b.n, ws.key_scale);
+      LoadScales<Codec>(b.page + layout.v_scale_offset(task.kv_head, b.t0), b.n, ws.value_scale);
     }
-  }
+    const uint8_t* values = b.page + layout.v_codes_offset(task.kv_head, b.t0);
+    ScoreBlock<Codec, ROWS>(state, b.page + layout.k_codes_offset(task.kv_head, b.t0), code_bytes, values, b.n, d, ws);
+    SoftmaxBlock<ROWS>(b.n, d, kHasScales, ws);
+    ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, b.next_n, ws);
+  });
   // 3. Normalize, restore coordinate order, rotate TQ3 back.
   for (int r = 0; r < ROWS; ++r) {
     const float inv_sum = 1.0f / ws.running_sum[r];
