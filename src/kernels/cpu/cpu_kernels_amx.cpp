@@ -294,7 +294,7 @@ struct alignas(64) Workspace {
   float c_tiles[4][kTileRows][kTileCols];  // stored C tiles
   float transposed[kMaxColumns][kTileCols];
   float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, value position order
-  float scores[kMaxTaskRows][kBlockKeys];  // base-2 scores, then weights times the value scale
+  float scores[kMaxTaskRows][kBlockKeys];  // base-2 scores times the key scales
   float key_scale[kBlockKeys];
   float value_scale[kBlockKeys];
   float block_max[kMaxTaskRows][kLanes];  // per row, lane-wise maximum of this block's scaled scores
@@ -364,12 +364,15 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
     }
     TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
     if constexpr (kColumnBlocks == 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
-    // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row.
+    // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row. Only the 3R columns
+    // in use are stored, so the compiler drops the shuffles of the others (R = 6: 2 of block 1's 16 columns).
     for (int b = 0; b < kColumnBlocks; ++b) {
       __m512 rows[16], cols[16];
       for (int k = 0; k < 16; ++k) rows[k] = _mm512_load_ps(ws.c_tiles[b][k]);
       Transpose16(rows, cols);
-      for (int c = 0; c < 16; ++c) _mm512_store_ps(ws.transposed[16 * b + c], cols[c]);
+      for (int c = 0; c < 16 && kTileCols * b + c < kQueryParts * ROWS; ++c) {
+        _mm512_store_ps(ws.transposed[kTileCols * b + c], cols[c]);
+      }
     }
     // Scores times the key scales, and the block maximum of each row (the first pass of the softmax, done
     // here while the scores are in registers). Lanes past n are stored but never read.
@@ -386,11 +389,12 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
   }
 }
 
-// Online-softmax update for one block (as in the AVX-512 kernels); the scores already carry the key scales and
-// ws.block_max holds their maximum per row (ScoreBlock). The rescale factors of all rows come from one vector
-// Exp2 instead of a libm call per row.
+// Online-softmax update for one block (as in the AVX-512 kernels), writing the weights straight into the A
+// tiles of the value products: row p*R + r of sub-block sb holds part p of row r's weight times the value
+// scale (zero past n). The scores already carry the key scales and ws.block_max holds their maximum per row
+// (ScoreBlock). The rescale factors of all rows come from one vector Exp2 instead of a libm call per row.
 template <int ROWS>
-MINIMAKV_AMX_TARGET void SoftmaxBlock(int n, int head_dim, bool has_scales, Workspace& ws) {
+MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scales, Workspace& ws) {
   alignas(64) float new_max[kLanes] = {};
   alignas(64) float rescale[kLanes];
   for (int r = 0; r < ROWS; ++r) new_max[r] = std::fmax(ws.running_max[r], _mm512_reduce_max_ps(_mm512_load_ps(ws.block_max[r])));
@@ -398,42 +402,31 @@ MINIMAKV_AMX_TARGET void SoftmaxBlock(int n, int head_dim, bool has_scales, Work
   // exp2(-inf) = 0 on the first block (Exp2 clamps its input at kExp2MinInput, whose power underflows to 0).
   _mm512_store_ps(rescale, Exp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(kRows, ws.running_max), _mm512_load_ps(new_max))));
   for (int r = 0; r < ROWS; ++r) {
-    float* s = ws.scores[r];
+    const float* s = ws.scores[r];
     ws.running_max[r] = new_max[r];
     const __m512 max_v = _mm512_set1_ps(new_max[r]);
     __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += kLanes) {
-      const __mmask16 valid = n - j >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
-      const __m512 p = _mm512_maskz_mov_ps(valid, Exp2(_mm512_sub_ps(_mm512_maskz_load_ps(valid, s + j), max_v)));
-      sum = _mm512_add_ps(sum, p);
-      const __m512 weighted = has_scales ? _mm512_mul_ps(p, _mm512_maskz_load_ps(valid, ws.value_scale + j)) : p;
-      _mm512_mask_store_ps(s + j, valid, weighted);
+    for (int sb = 0; sb * kValueKeys < n; ++sb) {
+      __m512 halves[2][kQueryParts];
+      for (int h = 0; h < 2; ++h) {
+        const int j = sb * kValueKeys + h * kLanes;
+        const __mmask16 valid = __mmask16((1u << std::clamp(n - j, 0, kLanes)) - 1);
+        // Lanes past n: exp2 of (0 - max) is finite and then zeroed; j stays inside the score row.
+        const int at = std::min(j, kBlockKeys - kLanes);
+        const __m512 p = _mm512_maskz_mov_ps(valid, Exp2(_mm512_sub_ps(_mm512_maskz_load_ps(valid, s + at), max_v)));
+        sum = _mm512_add_ps(sum, p);
+        SplitThree(has_scales ? _mm512_mul_ps(p, _mm512_maskz_load_ps(valid, ws.value_scale + at)) : p, halves[h]);
+      }
+      for (int part = 0; part < kQueryParts; ++part) {
+        const int m = part * ROWS + r;
+        _mm512_store_si512(ws.p_tiles[sb][m / kTileRows][m % kTileRows], PackUpperHalves(halves[0][part], halves[1][part]));
+      }
     }
     ws.running_sum[r] = ws.running_sum[r] * rescale[r] + _mm512_reduce_add_ps(sum);
     if (rescale[r] != 1.0f) {
       const __m512 rescale_v = _mm512_set1_ps(rescale[r]);
       for (int i = 0; i < head_dim; i += kLanes) {
         _mm512_store_ps(&ws.acc[r][i], _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][i]), rescale_v));
-      }
-    }
-  }
-}
-
-// Weights of keys [0, n) as A tiles: row p*R + r of sub-block sb holds part p of row r's weights (zero past n).
-template <int ROWS>
-MINIMAKV_AMX_TARGET void BuildWeightTiles(int n, Workspace& ws) {
-  for (int sb = 0; sb * kValueKeys < n; ++sb) {
-    for (int r = 0; r < ROWS; ++r) {
-      __m512 halves[2][kQueryParts];
-      for (int h = 0; h < 2; ++h) {
-        const int j = sb * kValueKeys + h * kLanes;
-        const int valid_keys = std::clamp(n - j, 0, kLanes);
-        const __mmask16 valid = __mmask16((1u << valid_keys) - 1);
-        SplitThree(_mm512_maskz_loadu_ps(valid, &ws.scores[r][std::min(j, kBlockKeys - kLanes)]), halves[h]);
-      }
-      for (int p = 0; p < kQueryParts; ++p) {
-        const int m = p * ROWS + r;
-        _mm512_store_si512(ws.p_tiles[sb][m / kTileRows][m % kTileRows], PackUpperHalves(halves[0][p], halves[1][p]));
       }
     }
   }
@@ -520,7 +513,6 @@ MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const ui
                                     int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
                                     Workspace& ws) {
   constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
-  BuildWeightTiles<ROWS>(n, ws);
   const int steps = head_dim / Codec::kStepCoords;
   for (int step = 0; step < steps; ++step) {
     const uint8_t* prefetch = step == 0 ? next_keys : nullptr;
@@ -578,7 +570,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
     }
     const uint8_t* values = b.page + layout.v_codes_offset(task.kv_head, b.t0);
     ScoreBlock<Codec, ROWS>(state, b.page + layout.k_codes_offset(task.kv_head, b.t0), code_bytes, values, b.n, d, ws);
-    SoftmaxBlock<ROWS>(b.n, d, kHasScales, ws);
+    SoftmaxToWeightTiles<ROWS>(b.n, d, kHasScales, ws);
     ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
   });
   TileRelease();
