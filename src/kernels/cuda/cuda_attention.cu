@@ -74,22 +74,26 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
-// v9: TQ3 scores on the integer tensor cores (mma m16n8k32 s8): key units as two exact int8 digits, the query
-// as two int8 digits of a per-head fixed point (docs/cuda-notes.md, "v9"). 0 = the v8 fp16 score path.
-#ifndef MINIMAKV_TQ3_IMMA
-#define MINIMAKV_TQ3_IMMA 1
-#endif
 // v9: TQ3 softmax without reductions while a tile's scores stay within 1 (log2) of the running max.
 #ifndef MINIMAKV_TQ3_LAZY_MAX
 #define MINIMAKV_TQ3_LAZY_MAX 1
 #endif
-#ifndef MINIMAKV_TQ3_SCORE_SPLIT
-#define MINIMAKV_TQ3_SCORE_SPLIT 2
+// v10: TQ3 tiles staged by the bulk copy engine (cp.async.bulk, one lane issues four contiguous runs per tile and an
+// mbarrier counts the bytes) instead of 16-byte cp.async by every lane (docs/cuda-notes.md, "v10").
+#ifndef MINIMAKV_TQ3_BULK_COPY
+#define MINIMAKV_TQ3_BULK_COPY 0
+#endif
+// v10: TQ3 tile copies from per-lane precomputed address parts (0 = v9's IssueTq3Tile address arithmetic per tile).
+#ifndef MINIMAKV_TQ3_LANE_COPY
+#define MINIMAKV_TQ3_LANE_COPY 1
+#endif
+// v10: merge with several warps per (sequence, query head) row, items of all views spread over the warps
+// (MergeRowKernel; 0 = the v9 kernel, one warp per row).
+#ifndef MINIMAKV_MERGE_ROW
+#define MINIMAKV_MERGE_ROW 1
 #endif
 constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
 constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
-// Score MMAs of one tile run in 2 * kTq3ScoreSplit independent accumulator chains (query hi / lo x k-step mod split).
-constexpr int kTq3ScoreSplit = MINIMAKV_TQ3_SCORE_SPLIT;
 constexpr int kTq3StagesD256 = MINIMAKV_TQ3_STAGES_D256;
 // Software pipelining: the value phase of a warp's previous tile runs after the score phase of its current tile
 // (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
@@ -99,8 +103,15 @@ constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
 constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 // Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
-constexpr bool kTq3Imma = MINIMAKV_TQ3_IMMA != 0;
 constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
+constexpr bool kTq3BulkCopy = MINIMAKV_TQ3_BULK_COPY != 0;
+constexpr bool kMergeRow = MINIMAKV_MERGE_ROW != 0;
+// Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
+// (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
+constexpr int kMergeRowWarpsFewRows = 8;
+constexpr int kMergeRowWarpsManyRows = 4;
+constexpr int kMergeFewRows = 128;
+constexpr bool kTq3LaneCopy = MINIMAKV_TQ3_LANE_COPY != 0;
 constexpr float kLazyMaxMargin = 1.0f;  // log2 units: probabilities up to 2 (fp16 P^T up to 2^15, see the kernel)
 
 Status CudaError(cudaError_t error, const char* what) {
@@ -381,6 +392,9 @@ __device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src));
 }
+__device__ inline void CpAsync16(uint32_t smem_dst, const void* global_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(global_src));
+}
 // The same with constant byte offsets on both addresses (immediates of the instruction, no address arithmetic).
 template <int kDstOffset, int kSrcOffset>
 __device__ inline void CpAsync16Imm(uint32_t smem_dst, const void* global_src) {
@@ -391,6 +405,28 @@ __device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"
 template <int kPending>
 __device__ inline void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Bulk copies (sm_90, PTX "cp.async.bulk"): one thread copies a contiguous run (16-byte aligned, size a multiple
+// of 16) from global into shared memory; the copy engine adds the bytes it wrote to an mbarrier's transaction
+// count, and the barrier's phase completes once the bytes announced by arrive.expect_tx have all landed.
+// Addresses are shared-window (32-bit) addresses; a CTA launched without a cluster is its own cluster.
+__device__ inline void MbarrierInit(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes barrier initializations visible to the copy engine (the async proxy) before it signals them.
+__device__ inline void FenceMbarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Spins until the barrier's phase with the given parity (0 for its first use, then alternating) has completed;
+// the bytes the copies wrote are then visible to the waiting thread.
+__device__ inline void MbarrierWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
 }
 
 // Issues the copies of one tile (16 tokens of kv_head starting at tok0 of page) into a stage; the whole warp.
@@ -801,7 +837,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 //  5. (v8) TQ3 is software-pipelined (kTq3Pipeline): the score phase of a warp's tile i and the value phase of
 //     its tile i - 1 are one instruction stream. FP8 uses the same structure with hardware E4M3 conversions
 //     (value bytes of two keys interleaved by one prmt before the conversion: key-paired registers directly).
-//  6. (v9) TQ3 scores on the integer tensor cores (kTq3Imma, mma m16n8k32 s8): keys as two exact int8 digits from
+//  6. (v9) TQ3 scores on the integer tensor cores (kImma, mma m16n8k32 s8): keys as two exact int8 digits from
 //     one prmt each per 4 coordinates, the query as three int8 digits of a per-head 24-bit fixed point.
 
 __device__ inline uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
@@ -868,13 +904,6 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
   out01 = Prmt(lo4, hi4, 0x5140u);
   out23 = Prmt(lo4, hi4, 0x7362u);
 }
-// Key side, quarter r of one key's 32-coordinate group: out[h] = coordinates (8 h + r, 8 h + 4 + r), the
-// ExpandTq3<32> order (so KDim<kTq3> and the query fragments are unchanged).
-__device__ inline void Tq3KeyQuarter(const Tq3AlignedPlanes& planes, int r, const Tq3Tables& tab, uint32_t (&out)[4]) {
-  const uint32_t nib = Tq3Nibbles(planes, r);
-  Tq3Lookup4(nib, tab, out[0], out[1]);
-  Tq3Lookup4(ShiftRight(nib, 16), tab, out[2], out[3]);
-}
 // Value side: the planes of two keys a, b merged so that selector nibbles alternate between the keys. Byte k of
 // even plane i = (bits 8k..8k+3 of a's plane i, then of b's); of odd plane i = bits 8k+4..8k+7 of a's, then b's.
 // Tq3Nibbles(even, r): nibble 2k = a's coordinate 8k + r, nibble 2k + 1 = b's; Tq3Nibbles(odd, r): 8k + 4 + r.
@@ -893,7 +922,7 @@ __device__ inline void MergeTq3ValuePlanes(const uint32_t (&wa)[3], const uint32
   odd = AlignTq3Planes(o[0], o[1], o[2]);
 }
 
-// ---- v9: TQ3 scores on the integer tensor cores (kTq3Imma).
+// ---- v9: TQ3 scores on the integer tensor cores (kImma in the kernel; the v8 fp16 score path was dropped in v10).
 // The key units of tq3_codec.h times 512 are the integers 175, 540, 960, 1536; each is split exactly into two
 // int8 digits, units * 512 = 256 hi + lo (hi = 1, 2, 4, 6; lo = -81, 28, -64, 0), so one prmt of an 8-byte table
 // (byte index = sign << 2 | magnitude, the code itself) turns four 3-bit codes into four int8 digits, without
@@ -1053,6 +1082,54 @@ __device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int hea
   }
 }
 
+// The code runs of one TQ3 tile with the addresses precomputed per lane (dst_lane = stage + 16 lane, k_lane / v_lane
+// = the runs' sources + 16 lane): one to three rounds of 16-byte copies per run; the scales are copied by the caller.
+template <int kHeadDim>
+__device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane, const uint8_t* v_lane, int lane) {
+  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
+  constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
+  constexpr int kRound = 16 * kWarpSize;
+  static_assert(kCodeChunks >= kWarpSize && kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
+  CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
+  CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
+  if (kCodeChunks >= 2 * kWarpSize || (kCodeChunks > kWarpSize && lane + kWarpSize < kCodeChunks)) {
+    CpAsync16Imm<L::kKOffset + kRound, kRound>(dst_lane, k_lane);
+    CpAsync16Imm<L::kVOffset + kRound, kRound>(dst_lane, v_lane);
+  }
+  if (kCodeChunks >= 3 * kWarpSize || (kCodeChunks > 2 * kWarpSize && lane + 2 * kWarpSize < kCodeChunks)) {
+    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(dst_lane, k_lane);
+    CpAsync16Imm<L::kVOffset + 2 * kRound, 2 * kRound>(dst_lane, v_lane);
+  }
+}
+
+// The same tile staged by the bulk copy engine (kTq3BulkCopy): four contiguous runs of the page (16 tokens of K
+// codes, V codes, K scales, V scales), issued by one thread, counted on the stage's mbarrier.
+template <int kHeadDim>
+__device__ inline void IssueTq3TileBulk(uint32_t stage, uint32_t bar, const uint8_t* page, int head_token,
+                                        int v_codes_section, int scales_section, int v_scales_section) {
+  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
+  constexpr int kCodeRunBytes = L::kTile * L::kCodeBytes;    // 1536 (d = 256) or 768
+  constexpr int kScaleRunBytes = L::kTile * L::kScaleBytes;  // 32
+  static_assert(L::kVOffset == L::kKOffset + kCodeRunBytes && L::kKScaleOffset == L::kVOffset + kCodeRunBytes,
+                "unpadded TQ3 stage: the runs lie back to back");
+  const uint8_t* k_src = page + head_token * L::kCodeBytes;
+  const uint8_t* ks_src = page + scales_section + head_token * L::kScaleBytes;
+  // One asm statement: the copy instructions take their operands in uniform registers, and ptxas moves each
+  // operand there once instead of once per copy.
+  asm volatile(
+      "{\n .reg .b64 v, vs;\n"
+      " mbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], %6;\n"
+      " add.s64 v, %2, %4;\n add.s64 vs, %3, %5;\n"
+      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%2], %7, [%1];\n"
+      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0 + %7], [v], %7, [%1];\n"
+      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0 + %9], [%3], %8, [%1];\n"
+      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0 + %10], [vs], %8, [%1];\n}\n" ::"r"(stage),
+      "r"(bar), "l"(k_src), "l"(ks_src), "l"(int64_t(v_codes_section)), "l"(int64_t(v_scales_section)),
+      "n"(2 * (kCodeRunBytes + kScaleRunBytes)), "n"(kCodeRunBytes), "n"(kScaleRunBytes), "n"(L::kKScaleOffset),
+      "n"(L::kVScaleOffset)
+      : "memory");
+}
+
 // Value phase of one TQ3 tile: O^T[dims][heads] += V^T[dims][16 keys] * P^T (pb0, pb1: fp16 P^T fragments of keys
 // (2t, 2t + 1) and (8 + 2t, 9 + 2t)); v_stage = the tile's staged V codes, valid = its number of valid keys.
 template <KvFormat kFormat, int kHeadDim>
@@ -1174,8 +1251,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr int kBlocks = kHeadDim / kBlockDims;
   constexpr int kMTiles = kHeadDim / 16;
   constexpr int kTile = kCudaKeyTileTokens;
-  constexpr int kScoreSplit = kFormat == KvFormat::kTq3 ? kTq3ScoreSplit : 1;
-  constexpr int kChains = 2 * kScoreSplit;  // score accumulators: query hi, lo x k-step mod split
+  constexpr int kChains = 2;  // FP8 score accumulators: query hi, lo
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
   uint8_t* stages_base = smem + L::kQFragBytes;
@@ -1195,7 +1271,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // back before nearly every prmt (~65 extra instructions per tile in the SASS).
   __shared__ Tq3Tables shared_tables[kWarpSize];
   if (threadIdx.x < kWarpSize) shared_tables[threadIdx.x] = MakeTq3Tables();
-  constexpr bool kImma = kFormat == KvFormat::kTq3 && kTq3Imma;
+  constexpr bool kImma = kFormat == KvFormat::kTq3;  // TQ3 scores on the integer tensor cores (v9)
   constexpr bool kLazyMax = kFormat == KvFormat::kTq3 && kTq3LazyMax;
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kMaxGroup];
@@ -1205,6 +1281,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int tiles_per_page = page_tokens / kTile;
   const int num_pages = item.page_end - item.page_begin;
   const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
+  const int last_tile_valid = item.last_tokens - kTile * ((item.last_tokens - 1) / kTile);  // in [1, kTile]
   const size_t page_bytes = p.layout.page_bytes();
   const int vectors = p.layout.kv_heads * page_tokens;
   const int v_codes_section = vectors * L::kCodeBytes;
@@ -1212,23 +1289,61 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int v_scales_section = vectors * 2;
   const int head_row = kv_head * page_tokens;
   uint8_t* my_stages = stages_base + warp * L::kStages * L::kStageBytes;
+  // kBulk: one mbarrier per stage of each warp (lane 0 announces and issues a tile's copies, every lane waits).
+  constexpr bool kBulk = kFormat == KvFormat::kTq3 && kTq3BulkCopy;
+  __shared__ __align__(8) uint64_t stage_bars[kBulk ? kDecodeWarps * L::kStages : 1];
+  constexpr int kBarBytes = int(sizeof(uint64_t));
+  const uint32_t my_stages_addr = uint32_t(__cvta_generic_to_shared(my_stages));
+  const uint32_t my_bars = uint32_t(__cvta_generic_to_shared(stage_bars)) + (kBulk ? warp * L::kStages * kBarBytes : 0);
+  if constexpr (kBulk) {
+    if (lane == 0) {
+#pragma unroll
+      for (int s = 0; s < L::kStages; ++s) MbarrierInit(my_bars + s * kBarBytes, 1);
+      FenceMbarrierInit();
+    }
+    __syncwarp();
+  }
 
   // A warp's tiles are warp, warp + 4, ...; tile -> (page of the item, tile in that page) by a multiply-high with
   // ceil(2^32 / tiles_per_page), exact while tile * tiles_per_page < 2^32 (tiles < 2^20, tiles_per_page <= 4096).
   const uint32_t page_magic = 0xFFFFFFFFu / uint32_t(tiles_per_page) + 1u;
   auto page_of = [&](int tile) { return tiles_per_page == 1 ? tile : int(__umulhi(uint32_t(tile), page_magic)); };
+  // Copies of tile (of the item) from page page_id into stage: bulk (lane 0) or 16-byte cp.async (every lane, one
+  // commit group per tile).
+  // TQ3 (cp.async): the lane's parts of the copy addresses that do not change from tile to tile (lanes 0-3 also
+  // copy the scales: 0-1 K, 2-3 V), so a tile's copies cost a few adds (v10: ~90 -> ~40 instructions per tile).
+  const uint32_t lane_dst = my_stages_addr + 16 * lane;
+  const uint32_t lane_k_src = uint32_t(head_row * L::kCodeBytes + 16 * lane);
+  const bool scale_lane = lane < 4;
+  const uint32_t lane_scale_src =
+      uint32_t(scales_section + (lane >= 2 ? v_scales_section : 0) + head_row * L::kScaleBytes + 16 * (lane & 1));
+  const uint32_t lane_scale_dst = my_stages_addr + (lane >= 2 ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
+  const uint32_t page_bytes32 = uint32_t(page_bytes);
+  auto issue_tile_copies = [&](int stage, int page_id, int tile) {
+    const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
+    const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
+    if constexpr (kBulk) {
+      if (lane == 0) {
+        IssueTq3TileBulk<kHeadDim>(my_stages_addr + stage * L::kStageBytes, my_bars + stage * kBarBytes, page,
+                                   head_row + tok0, v_codes_section, scales_section, v_scales_section);
+      }
+    } else if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
+      const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
+      const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
+      const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
+      IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset, k_lane, k_lane + v_codes_section, lane);
+      if (scale_lane) CpAsync16(lane_scale_dst + stage_offset, page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
+    } else {
+      IssueTransposedTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0,
+                                             head_row, v_codes_section, scales_section, v_scales_section, lane);
+    }
+  };
   int issue_tile = warp;
   const int32_t* item_page_ids = p.page_ids + item.page_begin;
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
-    if (issue_tile < num_tiles) {
-      const int page = page_of(issue_tile);
-      IssueTransposedTile<kFormat, kHeadDim>(my_stages + s * L::kStageBytes,
-                                             p.pages + size_t(item_page_ids[page]) * page_bytes, p.layout, kv_head,
-                                             kTile * (issue_tile - page * tiles_per_page), head_row, v_codes_section,
-                                             scales_section, v_scales_section, lane);
-    }
-    CpAsyncCommit();
+    if (issue_tile < num_tiles) issue_tile_copies(s, item_page_ids[page_of(issue_tile)], issue_tile);
+    if constexpr (!kBulk) CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
@@ -1246,7 +1361,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       score_unit[hh] = q_amax[2 * t + hh] * (1.0f / (float(kTq3QueryFixedMax) * float(kTq3UnitDenominator))) *
-                       float(1 << kTq3DigitBits);  // S0's weight 2^8 folded in
+                       float(1 << kTq3DigitBits) * kTq3InvUnitsPerMagnitude;  // S0's weight 2^8, 1 / alpha folded in
     }
   }
 
@@ -1261,15 +1376,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
   int next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
   int read_stage = 0;
+  uint32_t read_parity = 0;  // kBulk: phase parity of the read stage's barrier (flips each round of the ring)
   int write_stage = L::kStages - 1;
   auto issue_next = [&]() {  // tile issue_tile into write_stage (the stage of this warp's previous tile)
-    if (issue_tile < num_tiles) {
-      IssueTransposedTile<kFormat, kHeadDim>(my_stages + write_stage * L::kStageBytes,
-                                             p.pages + size_t(next_page_id) * page_bytes, p.layout, kv_head,
-                                             kTile * (issue_tile - page_of(issue_tile) * tiles_per_page), head_row,
-                                             v_codes_section, scales_section, v_scales_section, lane);
-    }
-    CpAsyncCommit();
+    if (issue_tile < num_tiles) issue_tile_copies(write_stage, next_page_id, issue_tile);
+    if constexpr (!kBulk) CpAsyncCommit();
     issue_tile += kDecodeWarps;
     next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
@@ -1284,14 +1395,19 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if constexpr (!kPipeline) issue_next();
     // Pipelined: tiles up to this one + kStages - 2 are committed (the last copy was issued at the end of the
     // previous iteration), so kStages - 2 groups may stay pending.
-    CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
-    __syncwarp();
+    if constexpr (kBulk) {
+      MbarrierWait(my_bars + read_stage * kBarBytes, read_parity);
+    } else {
+      CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
+      __syncwarp();
+    }
     const int cur_stage = read_stage;
     const uint8_t* stage = my_stages + read_stage * L::kStageBytes;
+    read_parity ^= read_stage + 1 == L::kStages ? 1u : 0u;
     read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
-    const int cur_page = page_of(tile);
-    const int page_valid = cur_page == num_pages - 1 ? item.last_tokens : page_tokens;
-    const int valid = min(kTile, page_valid - kTile * (tile - cur_page * tiles_per_page));
+    // Every tile is full but the item's last one (pages before the last are full, and so are the tiles of the last
+    // page before its last tile).
+    const int valid = tile == num_tiles - 1 ? last_tile_valid : kTile;
 
     // ---- scores S^T: rows = keys g (a) and 8 + g (b), masked keys read the last valid one; columns = heads.
     float acc[kChains][4];
@@ -1300,8 +1416,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     int iacc[3][4];  // integer scores (kImma): S2, S1, S0
 #pragma unroll
     for (int c = 0; c < 3; ++c) iacc[c][0] = iacc[c][1] = iacc[c][2] = iacc[c][3] = 0;
-    const int key_a = min(g, valid - 1);
-    const int key_b = min(8 + g, valid - 1);
+    // Rows of masked keys: FP8 reads the last valid one (a staged unused slot may hold NaN codes); TQ3 reads the
+    // staged row itself (any code decodes to a finite value; its score is masked and its V scale zeroed below).
+    const int key_a = kImma ? g : min(g, valid - 1);
+    const int key_b = kImma ? 8 + g : min(8 + g, valid - 1);
     const uint8_t* row_a = stage + L::kKOffset + key_a * L::kKStride;
     const uint8_t* row_b = stage + L::kKOffset + key_b * L::kKStride;
     if constexpr (kImma) {
@@ -1336,31 +1454,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
           MmaS8(iacc[2], l0, l1, l2, l3, qf.z, qf.w);    // lo x q1
         }
       }
-    } else if constexpr (kFormat == KvFormat::kTq3) {
-      const uint8_t* codes_a = row_a + t * 12;
-      const uint8_t* codes_b = row_b + t * 12;
-#pragma unroll
-      for (int block = 0; block < kBlocks; ++block) {
-        const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
-        const uint8_t* gb = codes_b + block * 48;
-        const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
-        const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          uint32_t ka[4];
-          uint32_t kb[4];
-          Tq3KeyQuarter(planes_a, r, tab, ka);
-          Tq3KeyQuarter(planes_b, r, tab, kb);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {  // k-step block * 8 + 2 r + half
-            const int kstep = block * 8 + 2 * r + half;
-            const uint4 qf = q_frag[kstep * kWarpSize + lane];
-            const int chain = 2 * (kstep % kScoreSplit);
-            MmaF16(acc[chain], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.x, qf.y);
-            MmaF16(acc[chain + 1], ka[2 * half], kb[2 * half], ka[2 * half + 1], kb[2 * half + 1], qf.z, qf.w);
-          }
-        }
-      }
     } else {  // FP8: one 128-dim block of both keys at a time (LoadExpandK's register order = the query's KDim)
 #pragma unroll
       for (int block = 0; block < kBlocks; ++block) {
@@ -1372,9 +1465,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         for (int jj = 0; jj < 8; ++jj) {
           const int kstep = block * 8 + jj;
           const uint4 qf = q_frag[kstep * kWarpSize + lane];
-          const int chain = 2 * (kstep % kScoreSplit);
-          MmaF16(acc[chain], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
-          MmaF16(acc[chain + 1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
+          MmaF16(acc[0], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
+          MmaF16(acc[1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
         }
       }
     }
@@ -1402,11 +1494,23 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         sc[1][1] += acc[c][3];
       }
     }
-    const float k_scale[2] = {StagedScale<kFormat>(stage + L::kKScaleOffset, key_a),
-                              StagedScale<kFormat>(stage + L::kKScaleOffset, key_b)};
-    const float v_scale[2] = {StagedScale<kFormat>(stage + L::kVScaleOffset, key_a),
-                              StagedScale<kFormat>(stage + L::kVScaleOffset, key_b)};
+    // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
     const bool key_valid[2] = {g < valid, 8 + g < valid};
+    float k_scale[2];
+    float v_scale[2];
+    if constexpr (kImma) {
+      const __half* k_scales = reinterpret_cast<const __half*>(stage + L::kKScaleOffset);
+      const __half* v_scales = reinterpret_cast<const __half*>(stage + L::kVScaleOffset);
+      k_scale[0] = __half2float(k_scales[key_a]);
+      k_scale[1] = __half2float(k_scales[key_b]);
+      v_scale[0] = key_valid[0] ? __half2float(v_scales[key_a]) : 0.0f;  // an unused slot's scale may be NaN
+      v_scale[1] = key_valid[1] ? __half2float(v_scales[key_b]) : 0.0f;
+    } else {
+      k_scale[0] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_a);
+      k_scale[1] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_b);
+      v_scale[0] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_a);
+      v_scale[1] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_b);
+    }
     float prob[2][2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -1520,14 +1624,15 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     }
   }
   float* my_out = warp_out + warp * kMaxGroup * kHeadDim;
+  const float out_unit = kImma ? v_unit * kTq3InvUnitsPerMagnitude : v_unit;  // TQ3 V scales were taken as stored
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
     const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
-    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0] * v_unit;
-    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1] * v_unit;
-    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2] * v_unit;
-    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
+    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0] * out_unit;
+    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1] * out_unit;
+    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2] * out_unit;
+    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * out_unit;
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
@@ -1682,6 +1787,205 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = acc[k];
   if (lane == 0) p.lse_log2[row] = acc_lse;
+}
+
+// v10 merge (kMergeRow): one CTA of kWarps warps per (sequence, query head) row. The row's items of
+// all views form one list (view by view); warp w takes items w, w + W, ... and loads the LSEs of all its items (one
+// per lane) and the outputs of its first kRowUnroll items at once, so a row with up to W * kRowUnroll items costs
+// one dependent global round trip instead of one per view and per 8 items (v9: Qwen 32K b8 has 12 TQ3 + 7 FP8
+// items per row: three round trips; batch 1 about 100 TQ3 items: thirteen). Each warp keeps two states, TQ3 items
+// (rotated domain) and the others, rotates its TQ3 state back and merges the two; warp 0 then merges the warps'
+// states from shared memory.
+template <int kHeadDim, int kWarps>
+__global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams p) {
+  constexpr int kPerLane = kHeadDim / kWarpSize;
+  constexpr int kRowUnroll = 8;
+  constexpr int kClasses = 2;  // 0: TQ3 items (rotated domain), 1: the other formats' items
+  __shared__ float warp_out[kWarps][kHeadDim];
+  __shared__ float warp_lse[kWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  WaitForPriorGrids();  // the partial states of this step
+  const int row = blockIdx.x;
+  const int seq = row / p.num_q_heads;
+  const int head = row % p.num_q_heads;
+  // The row's items: view v holds list positions [first[v], first[v + 1]); its item i is partial state
+  // base[v] + i * num_q_heads.
+  int first[kCudaMaxViews + 1];
+  size_t base[kCudaMaxViews];
+  first[0] = 0;
+#pragma unroll
+  for (int v = 0; v < kCudaMaxViews; ++v) {
+    const int begin = v < p.num_views ? p.indptr[v][seq] : 0;
+    const int end = v < p.num_views ? p.indptr[v][seq + 1] : 0;
+    base[v] = size_t((v < p.num_views ? p.item_offset[v] : 0) + begin) * p.num_q_heads + head;
+    first[v + 1] = first[v] + (end - begin);
+  }
+  const int total = first[kCudaMaxViews];
+  static_assert(kCudaMaxViews == 3, "state_of selects among three views");
+  auto state_of = [&](int item) {  // partial-state index of list position item (< total); selects, no local memory
+    const bool v2 = item >= first[2];
+    const bool v1 = item >= first[1];
+    const size_t view_base = v2 ? base[2] : v1 ? base[1] : base[0];
+    const int view_first = v2 ? first[2] : v1 ? first[1] : 0;
+    return view_base + size_t(item - view_first) * p.num_q_heads;
+  };
+  auto class_of = [&](int item) {
+    const int v = item >= first[2] ? 2 : item >= first[1] ? 1 : 0;
+    return v == p.tq3_view ? 0 : 1;
+  };
+  const int count = total > warp ? (total - warp + kWarps - 1) / kWarps : 0;  // this warp's items
+  // Loads: the LSE of the warp's item j in lane j (j < 32), the outputs of its first kRowUnroll items.
+  const int lane_item = warp + kWarps * lane;
+  const float lane_lse = lane < count ? p.part_lse[state_of(lane_item)] : -INFINITY;
+  const int lane_class = lane < count ? class_of(lane_item) : -1;
+  float other[kRowUnroll][kPerLane];
+  auto load_outputs = [&](int j0) {
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      const size_t state = state_of(warp + kWarps * min(j0 + u, max(count - 1, 0)));
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        other[u][k] = count > 0 ? p.part_out[state * kHeadDim + lane + kWarpSize * k] : 0.0f;
+      }
+    }
+  };
+  load_outputs(0);
+  float acc[kClasses][kPerLane];
+  float acc_lse[kClasses];
+#pragma unroll
+  for (int c = 0; c < kClasses; ++c) {
+    // Max and weight sum of the class's LSEs over the warp's items (lanes beyond 32 items: from memory).
+    float max_lse = lane_class == c ? lane_lse : -INFINITY;
+    for (int j = lane + kWarpSize; j < count; j += kWarpSize) {
+      const int item = warp + kWarps * j;
+      if (class_of(item) == c) max_lse = fmaxf(max_lse, p.part_lse[state_of(item)]);
+    }
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+      max_lse = fmaxf(max_lse, __shfl_xor_sync(kFullWarpMask, max_lse, offset));
+    }
+    acc_lse[c] = max_lse;  // the class's max for now; its LSE below
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) acc[c][k] = 0.0f;
+  }
+  const bool finite = acc_lse[0] != INFINITY && acc_lse[1] != INFINITY;
+  if (finite) {
+    float weight_sum[kClasses] = {0.0f, 0.0f};
+#pragma unroll
+    for (int c = 0; c < kClasses; ++c) {
+      if (acc_lse[c] == -INFINITY) continue;  // no item of the class (or only empty ones)
+      float w = lane_class == c ? exp2f(lane_lse - acc_lse[c]) : 0.0f;
+      for (int j = lane + kWarpSize; j < count; j += kWarpSize) {
+        const int item = warp + kWarps * j;
+        if (class_of(item) == c) w += exp2f(p.part_lse[state_of(item)] - acc_lse[c]);
+      }
+#pragma unroll
+      for (int offset = kWarpSize / 2; offset > 0; offset /= 2) w += __shfl_xor_sync(kFullWarpMask, w, offset);
+      weight_sum[c] = w;
+    }
+    for (int j0 = 0; j0 < count; j0 += kRowUnroll) {
+      if (j0 > 0) load_outputs(j0);
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const int j = j0 + u;
+        if (j >= count) break;  // warp-uniform
+        const int item = warp + kWarps * j;
+        const float lse_from_lane = __shfl_sync(kFullWarpMask, lane_lse, j % kWarpSize);
+        const float item_lse = j < kWarpSize ? lse_from_lane : p.part_lse[state_of(item)];
+        const int c = class_of(item);
+        const float class_max = c == 0 ? acc_lse[0] : acc_lse[1];  // (no run-time register index)
+        if (class_max == -INFINITY) continue;  // only empty items in the class
+        const float weight = exp2f(item_lse - class_max);  // 0 for an empty item (-inf)
+        if (weight == 0.0f) continue;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          if (c == 0) {
+            acc[0][k] += weight * other[u][k];
+          } else {
+            acc[1][k] += weight * other[u][k];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kClasses; ++c) {
+      if (acc_lse[c] == -INFINITY) continue;
+      const float inv = 1.0f / weight_sum[c];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) acc[c][k] *= inv;
+      acc_lse[c] += log2f(weight_sum[c]);
+    }
+  } else {
+    // An infinite LSE: the exact edge-case rules of MergePartialState, item by item.
+    acc_lse[0] = acc_lse[1] = -INFINITY;
+    for (int j = 0; j < count; ++j) {
+      const int item = warp + kWarps * j;
+      const size_t state = state_of(item);
+      float item_out[kPerLane];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) item_out[k] = p.part_out[state * kHeadDim + lane + kWarpSize * k];
+      if (class_of(item) == 0) {
+        MergePartialState(acc[0], &acc_lse[0], item_out, p.part_lse[state], kPerLane);
+      } else {
+        MergePartialState(acc[1], &acc_lse[1], item_out, p.part_lse[state], kPerLane);
+      }
+    }
+  }
+  // The warp's TQ3 state is rotated back (x = D H y / sqrt(d); linear, so rotating each warp's part equals rotating
+  // their merge) and merged with its other state: one state per warp, and the rotations run in parallel.
+  if (p.tq3_view >= 0 && acc_lse[0] != -INFINITY) {  // warp-uniform
+    cuda_detail::WarpFwht<kHeadDim>(acc[0], lane);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      acc[0][k] = acc[0][k] * p.inv_sqrt_dim * cuda_detail::SignOf(p.signs, lane + kWarpSize * k);
+    }
+  }
+  MergePartialState(acc[0], &acc_lse[0], acc[1], acc_lse[1], kPerLane);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) warp_out[warp][lane + kWarpSize * k] = acc[0][k];
+  if (lane == 0) warp_lse[warp] = acc_lse[0];
+  __syncthreads();
+  if (warp != 0) return;
+  // Warp 0 merges the kWarps states at once: weights from the common max (independent exp2s), one division.
+  float lse[kWarps];
+  float max_lse = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    lse[w] = warp_lse[w];
+    max_lse = fmaxf(max_lse, lse[w]);
+  }
+  float out[kPerLane];
+  float out_lse = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) out[k] = 0.0f;
+  if (max_lse == -INFINITY || max_lse == INFINITY) {  // all empty, or an infinite LSE: the exact rules, in order
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      float part[kPerLane];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) part[k] = warp_out[w][lane + kWarpSize * k];
+      MergePartialState(out, &out_lse, part, lse[w], kPerLane);
+    }
+  } else {
+    float weight_sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight = exp2f(lse[w] - max_lse);  // 0 for an empty warp state
+      weight_sum += weight;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        out[k] += weight == 0.0f ? 0.0f : weight * warp_out[w][lane + kWarpSize * k];
+      }
+    }
+    const float inv = 1.0f / weight_sum;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) out[k] *= inv;
+    out_lse = max_lse + log2f(weight_sum);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = out[k];
+  if (lane == 0) p.lse_log2[row] = out_lse;
 }
 
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
@@ -2033,6 +2337,20 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
     if (plan.formats_[v] == KvFormat::kTq3) merge.tq3_view = v;
   }
   const int rows = shape.num_seqs * shape.num_q_heads;
+  if (kMergeRow) {
+    const dim3 grid(static_cast<unsigned>(rows));
+    const bool few = rows < kMergeFewRows;
+    const dim3 block((few ? kMergeRowWarpsFewRows : kMergeRowWarpsManyRows) * kWarpSize);
+    cudaError_t error;
+    if (shape.head_dim == 256) {
+      error = few ? LaunchKernel(MergeRowKernel<256, kMergeRowWarpsFewRows>, grid, block, 0, stream, programmatic, merge)
+                  : LaunchKernel(MergeRowKernel<256, kMergeRowWarpsManyRows>, grid, block, 0, stream, programmatic, merge);
+    } else {
+      error = few ? LaunchKernel(MergeRowKernel<128, kMergeRowWarpsFewRows>, grid, block, 0, stream, programmatic, merge)
+                  : LaunchKernel(MergeRowKernel<128, kMergeRowWarpsManyRows>, grid, block, 0, stream, programmatic, merge);
+    }
+    return CudaError(error, "merge kernel launch");
+  }
   const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
   const dim3 grid(row_blocks);
   const dim3 block(kMergeWarps * kWarpSize);
