@@ -78,11 +78,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_LAZY_MAX
 #define MINIMAKV_TQ3_LAZY_MAX 1
 #endif
-// v10: TQ3 tiles staged by the bulk copy engine (cp.async.bulk, one lane issues four contiguous runs per tile and an
-// mbarrier counts the bytes) instead of 16-byte cp.async by every lane (docs/cuda-notes.md, "v10").
-#ifndef MINIMAKV_TQ3_BULK_COPY
-#define MINIMAKV_TQ3_BULK_COPY 0
-#endif
 // v10: TQ3 tile copies from per-lane precomputed address parts (0 = v9's IssueTq3Tile address arithmetic per tile).
 #ifndef MINIMAKV_TQ3_LANE_COPY
 #define MINIMAKV_TQ3_LANE_COPY 1
@@ -104,7 +99,6 @@ constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 // Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
 constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
-constexpr bool kTq3BulkCopy = MINIMAKV_TQ3_BULK_COPY != 0;
 constexpr bool kMergeRow = MINIMAKV_MERGE_ROW != 0;
 // Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
 // (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
@@ -405,28 +399,6 @@ __device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"
 template <int kPending>
 __device__ inline void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// Bulk copies (sm_90, PTX "cp.async.bulk"): one thread copies a contiguous run (16-byte aligned, size a multiple
-// of 16) from global into shared memory; the copy engine adds the bytes it wrote to an mbarrier's transaction
-// count, and the barrier's phase completes once the bytes announced by arrive.expect_tx have all landed.
-// Addresses are shared-window (32-bit) addresses; a CTA launched without a cluster is its own cluster.
-__device__ inline void MbarrierInit(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-// Makes barrier initializations visible to the copy engine (the async proxy) before it signals them.
-__device__ inline void FenceMbarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-// Spins until the barrier's phase with the given parity (0 for its first use, then alternating) has completed;
-// the bytes the copies wrote are then visible to the waiting thread.
-__device__ inline void MbarrierWait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
 }
 
 // Issues the copies of one tile (16 tokens of kv_head starting at tok0 of page) into a stage; the whole warp.
@@ -1102,34 +1074,6 @@ __device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane
   }
 }
 
-// The same tile staged by the bulk copy engine (kTq3BulkCopy): four contiguous runs of the page (16 tokens of K
-// codes, V codes, K scales, V scales), issued by one thread, counted on the stage's mbarrier.
-template <int kHeadDim>
-__device__ inline void IssueTq3TileBulk(uint32_t stage, uint32_t bar, const uint8_t* page, int head_token,
-                                        int v_codes_section, int scales_section, int v_scales_section) {
-  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
-  constexpr int kCodeRunBytes = L::kTile * L::kCodeBytes;    // 1536 (d = 256) or 768
-  constexpr int kScaleRunBytes = L::kTile * L::kScaleBytes;  // 32
-  static_assert(L::kVOffset == L::kKOffset + kCodeRunBytes && L::kKScaleOffset == L::kVOffset + kCodeRunBytes,
-                "unpadded TQ3 stage: the runs lie back to back");
-  const uint8_t* k_src = page + head_token * L::kCodeBytes;
-  const uint8_t* ks_src = page + scales_section + head_token * L::kScaleBytes;
-  // One asm statement: the copy instructions take their operands in uniform registers, and ptxas moves each
-  // operand there once instead of once per copy.
-  asm volatile(
-      "{\n .reg .b64 v, vs;\n"
-      " mbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], %6;\n"
-      " add.s64 v, %2, %4;\n add.s64 vs, %3, %5;\n"
-      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%2], %7, [%1];\n"
-      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0 + %7], [v], %7, [%1];\n"
-      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0 + %9], [%3], %8, [%1];\n"
-      " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0 + %10], [vs], %8, [%1];\n}\n" ::"r"(stage),
-      "r"(bar), "l"(k_src), "l"(ks_src), "l"(int64_t(v_codes_section)), "l"(int64_t(v_scales_section)),
-      "n"(2 * (kCodeRunBytes + kScaleRunBytes)), "n"(kCodeRunBytes), "n"(kScaleRunBytes), "n"(L::kKScaleOffset),
-      "n"(L::kVScaleOffset)
-      : "memory");
-}
-
 // Value phase of one TQ3 tile: O^T[dims][heads] += V^T[dims][16 keys] * P^T (pb0, pb1: fp16 P^T fragments of keys
 // (2t, 2t + 1) and (8 + 2t, 9 + 2t)); v_stage = the tile's staged V codes, valid = its number of valid keys.
 template <KvFormat kFormat, int kHeadDim>
@@ -1289,27 +1233,14 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int v_scales_section = vectors * 2;
   const int head_row = kv_head * page_tokens;
   uint8_t* my_stages = stages_base + warp * L::kStages * L::kStageBytes;
-  // kBulk: one mbarrier per stage of each warp (lane 0 announces and issues a tile's copies, every lane waits).
-  constexpr bool kBulk = kFormat == KvFormat::kTq3 && kTq3BulkCopy;
-  __shared__ __align__(8) uint64_t stage_bars[kBulk ? kDecodeWarps * L::kStages : 1];
-  constexpr int kBarBytes = int(sizeof(uint64_t));
   const uint32_t my_stages_addr = uint32_t(__cvta_generic_to_shared(my_stages));
-  const uint32_t my_bars = uint32_t(__cvta_generic_to_shared(stage_bars)) + (kBulk ? warp * L::kStages * kBarBytes : 0);
-  if constexpr (kBulk) {
-    if (lane == 0) {
-#pragma unroll
-      for (int s = 0; s < L::kStages; ++s) MbarrierInit(my_bars + s * kBarBytes, 1);
-      FenceMbarrierInit();
-    }
-    __syncwarp();
-  }
 
   // A warp's tiles are warp, warp + 4, ...; tile -> (page of the item, tile in that page) by a multiply-high with
   // ceil(2^32 / tiles_per_page), exact while tile * tiles_per_page < 2^32 (tiles < 2^20, tiles_per_page <= 4096).
   const uint32_t page_magic = 0xFFFFFFFFu / uint32_t(tiles_per_page) + 1u;
   auto page_of = [&](int tile) { return tiles_per_page == 1 ? tile : int(__umulhi(uint32_t(tile), page_magic)); };
-  // Copies of tile (of the item) from page page_id into stage: bulk (lane 0) or 16-byte cp.async (every lane, one
-  // commit group per tile).
+  // Copies of tile (of the item) from page page_id into stage: 16-byte cp.async by every lane (the caller commits
+  // one group per tile).
   // TQ3 (cp.async): the lane's parts of the copy addresses that do not change from tile to tile (lanes 0-3 also
   // copy the scales: 0-1 K, 2-3 V), so a tile's copies cost a few adds (v10: ~90 -> ~40 instructions per tile).
   const uint32_t lane_dst = my_stages_addr + 16 * lane;
@@ -1322,12 +1253,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   auto issue_tile_copies = [&](int stage, int page_id, int tile) {
     const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
-    if constexpr (kBulk) {
-      if (lane == 0) {
-        IssueTq3TileBulk<kHeadDim>(my_stages_addr + stage * L::kStageBytes, my_bars + stage * kBarBytes, page,
-                                   head_row + tok0, v_codes_section, scales_section, v_scales_section);
-      }
-    } else if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
+    if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
       const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
       const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
@@ -1343,7 +1269,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
     if (issue_tile < num_tiles) issue_tile_copies(s, item_page_ids[page_of(issue_tile)], issue_tile);
-    if constexpr (!kBulk) CpAsyncCommit();
+    CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
@@ -1376,11 +1302,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
   int next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
   int read_stage = 0;
-  uint32_t read_parity = 0;  // kBulk: phase parity of the read stage's barrier (flips each round of the ring)
   int write_stage = L::kStages - 1;
   auto issue_next = [&]() {  // tile issue_tile into write_stage (the stage of this warp's previous tile)
     if (issue_tile < num_tiles) issue_tile_copies(write_stage, next_page_id, issue_tile);
-    if constexpr (!kBulk) CpAsyncCommit();
+    CpAsyncCommit();
     issue_tile += kDecodeWarps;
     next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
@@ -1395,15 +1320,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if constexpr (!kPipeline) issue_next();
     // Pipelined: tiles up to this one + kStages - 2 are committed (the last copy was issued at the end of the
     // previous iteration), so kStages - 2 groups may stay pending.
-    if constexpr (kBulk) {
-      MbarrierWait(my_bars + read_stage * kBarBytes, read_parity);
-    } else {
-      CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
-      __syncwarp();
-    }
+    CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
+    __syncwarp();
     const int cur_stage = read_stage;
     const uint8_t* stage = my_stages + read_stage * L::kStageBytes;
-    read_parity ^= read_stage + 1 == L::kStages ? 1u : 0u;
     read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
     // Every tile is full but the item's last one (pages before the last are full, and so are the tiles of the last
     // page before its last tile).
