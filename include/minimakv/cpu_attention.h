@@ -23,9 +23,9 @@ namespace minimakv {
 // CPU kernel families. A family the CPU (or, for AMX, the OS) lacks falls back to the next one down:
 // amx -> avx512 -> scalar. The choice is made in one place, kernels/cpu/cpu_dispatch.cpp.
 enum class CpuKernelFamily : uint8_t {
-  kAuto,    // per format, the family measured fastest on this project's AMX machine: AMX for FP8 and TQ3,
-            // AVX-512 for BF16 (kernels/cpu/cpu_dispatch.cpp); the environment variable MINIMAKV_CPU_ISA (auto |
-            // amx | avx512 | scalar) replaces kAuto for a whole process
+  kAuto,    // per (format, query heads per KV head, head_dim), the family measured fastest on this project's
+            // AMX machine (table in kernels/cpu/cpu_dispatch.cpp); the environment variable MINIMAKV_CPU_ISA
+            // (auto | amx | avx512 | scalar) replaces kAuto for a whole process
   kAmx,     // AMX (with GFNI for the TQ3 code expansion) for every format
   kAvx512,  // AVX-512 for every format
   kScalar,  // the portable scalar kernels (the reference)
@@ -37,11 +37,15 @@ struct CpuAttentionOptions {
   CpuKernelFamily family = CpuKernelFamily::kAuto;
 };
 
-// Name of the kernel family that runs for `format` on this machine with these options: "amx", "avx512" or
-// "scalar".
+// Name of the kernel family that runs for `format` on this machine with these options, for decode with `group`
+// query heads per KV head (task rows above 8 count as 8) and `head_dim`: "amx", "avx512" or "scalar".
+const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim);
+// The same at the Llama-3-8B decode shape (group 4, head_dim 128).
+inline constexpr int kLlamaDecodeGroup = 4;
+inline constexpr int kLlamaHeadDim = 128;
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format);
-// The same over all formats: one name when every format runs the same family, else "amx+avx512" (kAuto on an
-// AMX machine).
+// The same over all formats at the Llama-3-8B decode shape: one name when every format runs the same family,
+// else "amx+avx512" (kAuto on an AMX machine).
 const char* CpuKernelIsa(const CpuAttentionOptions& options);
 
 // Partial states of every query token of every sequence over the tokens of ONE format's view.

@@ -144,12 +144,15 @@ Status DecodeBenchCase::Step(int threads, const std::string& isa) {
 
 namespace {
 
-// The kernel family a path runs: its formats' family, or "amx+avx512" when they differ.
-std::string PathIsa(const CpuAttentionOptions& options, const std::string& path) {
-  if (path == "bf16") return CpuKernelIsaFor(options, KvFormat::kBf16);
-  if (path == "fp8") return CpuKernelIsaFor(options, KvFormat::kFp8);
-  const std::string tq3 = CpuKernelIsaFor(options, KvFormat::kTq3);
-  if (path == "tq3" || tq3 == CpuKernelIsaFor(options, KvFormat::kFp8)) return tq3;
+// The kernel family a path runs at this shape's decode tasks (one query token: rows = the GQA group): its
+// formats' family, or "amx+avx512" when they differ.
+std::string PathIsa(const CpuAttentionOptions& options, const DecodeShape& shape, const std::string& path) {
+  const int group = shape.q_heads / shape.kv_heads;
+  auto isa = [&](KvFormat format) { return std::string(CpuKernelIsaFor(options, format, group, shape.head_dim)); };
+  if (path == "bf16") return isa(KvFormat::kBf16);
+  if (path == "fp8") return isa(KvFormat::kFp8);
+  const std::string tq3 = isa(KvFormat::kTq3);
+  if (path == "tq3" || tq3 == isa(KvFormat::kFp8)) return tq3;
   return "amx+avx512";
 }
 
@@ -228,7 +231,7 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
             DecodeBenchRow row;
             row.shape = config.shape;
             row.path = paths[i];
-            row.isa = PathIsa(isa_options[k], paths[i]);
+            row.isa = PathIsa(isa_options[k], shape, paths[i]);
             const bool amx = row.isa == "amx" && f.amx_bf16_macs_per_s > 0.0;
             row.context = context;
             row.batch = batch;

@@ -38,7 +38,7 @@ constexpr int64_t kFmaChunkIterations = 1 << 16;
 constexpr double kFmaSeconds = 0.05;
 
 bool UseAvx512() {
-  return cpu::SelectIsa(CpuKernelFamily::kAvx512, false, KvFormat::kBf16) == cpu::CpuIsa::kAvx512;
+  return cpu::UsableIsa(cpu::CpuIsa::kAvx512) == cpu::CpuIsa::kAvx512;
 }
 
 double ThreadCpuSeconds() {
@@ -195,7 +195,7 @@ Status MeasureMachineFloors(int threads, size_t buffer_bytes, MachineFloors* flo
   floors->fma_isa = avx512 ? "avx512" : "scalar";
   floors->amx_bf16_macs_per_s = 0.0;
 #if defined(MINIMAKV_FLOORS_X86)
-  if (cpu::SelectIsa(CpuKernelFamily::kAmx, false, KvFormat::kBf16) == cpu::CpuIsa::kAmx) {
+  if (cpu::UsableIsa(cpu::CpuIsa::kAmx) == cpu::CpuIsa::kAmx) {
     std::vector<double> amx_rates;
     for (int r = 0; r < kRepeats; ++r) {
       const double seconds = TimeOnThreads(threads, [&](int t) {

@@ -4,6 +4,7 @@
 #include "minimakv/cpu_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <atomic>
@@ -218,9 +219,14 @@ void PlanView(const PagedKvView& view, const AttentionQueries& queries, const Ha
   }
 }
 
-// The kernel the dispatcher chose for a view of `format`.
-cpu::KernelFn KernelOf(const CpuAttentionOptions& options, KvFormat format) {
-  return cpu::KernelFor(cpu::SelectIsa(options.family, options.force_scalar, format));
+// The kernels the dispatcher chose for a view of `format` and `head_dim`, per task rows: [rows - 1].
+using RowKernels = std::array<cpu::KernelFn, cpu::kMaxTaskRows>;
+RowKernels KernelsOf(const CpuAttentionOptions& options, KvFormat format, int head_dim) {
+  RowKernels kernels;
+  for (int rows = 1; rows <= cpu::kMaxTaskRows; ++rows) {
+    kernels[size_t(rows - 1)] = cpu::KernelFor(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim));
+  }
+  return kernels;
 }
 
 // Runs the tasks of all plans in one parallel region, then merges page-range splits.
@@ -239,9 +245,12 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOpti
     return int64_t(t.num_pages) * t.num_rows;
   };
   std::stable_sort(work.begin(), work.end(), [&](const auto& a, const auto& b) { return task_cost(a) > task_cost(b); });
-  std::vector<cpu::KernelFn> kernels;  // per plan: the family chosen for its view's format
-  for (const ViewPlan& plan : plans) kernels.push_back(KernelOf(options, plan.format));
-  ParallelFor(work.size(), num_threads, [&](size_t i) { kernels[work[i].first](plans[work[i].first].tasks[work[i].second]); });
+  std::vector<RowKernels> kernels;  // per plan: the family chosen for its view's format and head_dim, per rows
+  for (const ViewPlan& plan : plans) kernels.push_back(KernelsOf(options, plan.format, plan.head_dim));
+  ParallelFor(work.size(), num_threads, [&](size_t i) {
+    const cpu::KernelTask& task = plans[work[i].first].tasks[work[i].second];
+    kernels[work[i].first][size_t(std::max(task.num_rows, 1) - 1)](task);
+  });
   ParallelFor(merges.size(), num_threads, [&](size_t i) {
     const ViewPlan& plan = plans[merges[i].first];
     const SplitMerge& merge = plan.merges[merges[i].second];
@@ -258,8 +267,12 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOpti
 
 }  // namespace
 
+const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim) {
+  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, group, head_dim));
+}
+
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format) {
-  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format));
+  return CpuKernelIsaFor(options, format, kLlamaDecodeGroup, kLlamaHeadDim);
 }
 
 const char* CpuKernelIsa(const CpuAttentionOptions& options) {

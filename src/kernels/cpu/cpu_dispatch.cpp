@@ -1,13 +1,14 @@
-// The one place that decides which CPU kernel family runs for a format. Supported families: AMX when the CPU
+// The one place that decides which CPU kernel family runs for a task. Supported families: AMX when the CPU
 // has it and the OS granted tile state (kernels/cpu/cpu_kernels_amx.cpp), AVX-512 when the CPU reports every
 // feature that translation unit was compiled for (kernels/cpu/cpu_kernels_avx512.cpp), the scalar kernels
-// always. CpuKernelFamily::kAuto picks per format what measured fastest on this project's AMX machine in
-// `minimakv bench --isa amx,avx512` (Llama shape: 8 KV heads, GQA 4, 32K tokens, 2 threads; docs/BENCHMARKS.md
-// section 3): AMX for FP8, whose AVX-512 kernel spends most of its time widening E4M3 codes (the AMX kernel
-// widens each code once to bf16 and runs the products on the tile unit), and for TQ3 since its codes are one
-// exact bf16 part (the units of tq3_codec.h; before that, two centroid parts per value made it 0-25% slower);
-// AVX-512 for BF16 (no widening to save, the AMX kernel pays for the extra query and weight parts and the VNNI
-// value copy: 5-10% slower). "Is it supported" and "what runs" come from the same function.
+// always. "Is it supported" and "what runs" come from the same function (UsableIsa).
+//
+// CpuKernelFamily::kAuto picks AMX or AVX-512 per (format, task rows, head_dim) from kAutoTable below: what
+// measured faster on this project's AMX machine (Xeon, AVX-512 + AMX-BF16 + GFNI) in a single-thread
+// interleaved A/B of the two kernels on the same pages (16K tokens x 8 KV heads, caches flushed before each
+// run, thread CPU time, median of per-round ratios; docs/BENCHMARKS.md section 3 has the command and every
+// ratio). A task's rows are its query heads of one GQA group (decode) or several tokens' groups (up to 8).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -43,23 +44,62 @@ CpuKernelFamily EnvironmentFamily() {
   return family;
 }
 
+// kAuto on a machine with both families: AMX (A) or AVX-512 (V) per format, head_dim and task rows 1..8.
+// Single-thread A/B, AMX time / AVX-512 time (< 1: AMX faster), runs of 18:14-18:38 UTC
+// at commits 9797555 / 068ec46, several runs per cell where close
+// (docs/BENCHMARKS.md section 3):
+//   rows 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 ("-": not measured)
+//   bf16 d64   1.13 1.11 | 1.14 1.09 | - | 1.04 1.04 | - | 1.24 0.99 | - | 0.87 0.98 0.97
+//   bf16 d128  1.02 0.97 | 1.15 1.07 | - | 1.04 1.02 | - | 1.21 1.05 | - | 1.08 0.91 0.98
+//   bf16 d256  0.93 0.89 | 0.94 0.99 0.92 | - | 0.97 0.96 | - | 1.27 1.00 1.11 | - | 1.01 0.86 0.98
+//   fp8  d64   1.08 1.15 | 1.22 1.14 | 1.07 1.01 | 0.98 0.82 | 0.66 | 1.10 0.85 0.86 | 0.90 | 0.77 0.83
+//   fp8  d128  1.08 1.00 1.10 | 1.17 0.95 0.96 | 0.86 | 0.88 0.86 | 0.71 | 0.94 0.91 | 0.84 | 0.88 0.74
+//   fp8  d256  1.07 1.04 | 1.09 1.21 | 1.00 1.01 | 0.98 0.97 | 0.76 | 1.13 0.89 0.87 | 1.11 0.81 | 0.83 0.76
+//   tq3  d64   0.88 0.84 | 0.80 | 0.76 | 0.61 | 0.74 | 0.97 0.93 | 0.92 | 0.86
+//   tq3  d128  0.79 0.79 | 0.73 | 0.62 | 0.59 | 0.72 | 0.69 0.97 0.67 | 0.98 0.70 | 0.89 0.84
+//   tq3  d256  0.66 0.66 | 0.66 | 0.57 | 0.75 | 0.71 | 0.65 0.65 | 0.90 | 0.57
+// Rule: a cell leaves the family auto ran before (AVX-512 for BF16, AMX for FP8 and TQ3) only when the median
+// of its runs (of two: the mean) is at least 3% (the A/B noise) in favour of the other; an unmeasured row
+// (BF16 3, 5, 7) takes the neighbour that keeps the previous family. Decode rows = the GQA group: Llama-3-8B
+// (group 4, d 128) and Qwen3.6-27B (group 6, d 256) both run AVX-512 BF16 and AMX FP8 / TQ3, as before;
+// the table changes group 1-2 FP8 (and group 1-3 at d 64 / 256) to AVX-512 and BF16 at d 256, groups 1-4, and
+// d 64, group 8, to AMX.
+constexpr char kAutoTable[3][3][kMaxTaskRows + 1] = {
+    // rows 1..8, per head_dim 64 / 128 / 256
+    {"VVVVVVVA", "VVVVVVVV", "AAAAVVVV"},  // bf16
+    {"VVVAAAAA", "VAAAAAAA", "VVAAAAAA"},  // fp8
+    {"AAAAAAAA", "AAAAAAAA", "AAAAAAAA"},  // tq3
+};
+// (format, head_dim, rows) -> the family kAutoTable names; head_dim outside 64/128/256 or rows outside
+// 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, kMaxTaskRows).
+CpuIsa AutoIsa(KvFormat format, int rows, int head_dim) {
+  const int format_index = format == KvFormat::kBf16 ? 0 : format == KvFormat::kFp8 ? 1 : 2;
+  const int dim_index = head_dim <= 64 ? 0 : head_dim <= 128 ? 1 : 2;
+  const int row_index = std::clamp(rows, 1, kMaxTaskRows) - 1;
+  return kAutoTable[format_index][dim_index][row_index] == 'A' ? CpuIsa::kAmx : CpuIsa::kAvx512;
+}
+
 }  // namespace
 
-CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format) {
-  if (force_scalar) family = CpuKernelFamily::kScalar;
-  if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
-  CpuIsa wanted = CpuIsa::kAmx;
-  switch (family) {
-    case CpuKernelFamily::kAuto: wanted = format == KvFormat::kBf16 ? CpuIsa::kAvx512 : CpuIsa::kAmx; break;
-    case CpuKernelFamily::kAmx: wanted = CpuIsa::kAmx; break;
-    case CpuKernelFamily::kAvx512: wanted = CpuIsa::kAvx512; break;
-    case CpuKernelFamily::kScalar: wanted = CpuIsa::kScalar; break;
-  }
+CpuIsa UsableIsa(CpuIsa wanted) {
   // AmxUsable() asks the OS for tile state, so it is only called when AMX may run.
   if (wanted == CpuIsa::kAmx && CpuHasAvx512Kernels() && AmxUsable()) return CpuIsa::kAmx;
   if (wanted >= CpuIsa::kAvx512 && CpuHasAvx512Kernels()) return CpuIsa::kAvx512;
   return CpuIsa::kScalar;
 }
+
+CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim) {
+  if (force_scalar) family = CpuKernelFamily::kScalar;
+  if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
+  switch (family) {
+    case CpuKernelFamily::kAuto: return UsableIsa(AutoIsa(format, rows, head_dim));
+    case CpuKernelFamily::kAmx: return UsableIsa(CpuIsa::kAmx);
+    case CpuKernelFamily::kAvx512: return UsableIsa(CpuIsa::kAvx512);
+    case CpuKernelFamily::kScalar: break;
+  }
+  return CpuIsa::kScalar;
+}
+
 KernelFn KernelFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAmx: return &AttendAmx;

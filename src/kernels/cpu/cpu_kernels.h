@@ -50,8 +50,11 @@ void Tq3AmxCentroidUnits(uint16_t* units_bf16);
 // Kernel families, in increasing order of capability.
 enum class CpuIsa { kScalar, kAvx512, kAmx };
 
-// The one place that decides which kernel runs for a format (kernels/cpu/cpu_dispatch.cpp).
-CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format);
+// The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp): for a task of `rows` query rows
+// (1..kMaxTaskRows; a decode task's rows are the GQA group) over a view of `format` and `head_dim`.
+CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim);
+// The family that runs when `wanted` is asked for explicitly: wanted, or the next one down the machine has.
+CpuIsa UsableIsa(CpuIsa wanted);
 KernelFn KernelFor(CpuIsa isa);
 const char* IsaName(CpuIsa isa);
 

@@ -219,9 +219,11 @@ TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
         const AttentionQueries queries = qb.Queries(q_heads, kHeadDim);
         std::vector<double> want_out, want_lse;
         ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
-        for (const std::string isa : kIsas) {
+        // Every family alone, then kAuto, which may run different families for the tasks of one call (its
+        // choice depends on each task's rows).
+        for (const std::string isa : {"amx", "avx512", "scalar", "auto"}) {
           CpuAttentionOptions options;
-          if (!OptionsForIsa(isa, &options)) continue;
+          if (isa != "auto" && !OptionsForIsa(isa, &options)) continue;
           for (int threads : {1, 2}) {
             GuardedBuffer out(want_out.size());
             GuardedBuffer lse(want_lse.size());
@@ -229,7 +231,7 @@ TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
             ASSERT_TRUE(AttendMixedCpu({&view, 1}, queries, &rotation, out.data(), lse.data(), options).ok());
             ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse,
                                    std::string(KvFormatName(format)) + " group " + std::to_string(group) +
-                                       " q_len " + std::to_string(q_len) + " " + CpuKernelIsa(options) +
+                                       " q_len " + std::to_string(q_len) + " " + isa + " " + CpuKernelIsa(options) +
                                        " threads " + std::to_string(threads));
             EXPECT_TRUE(out.CanariesIntact());
             EXPECT_TRUE(lse.CanariesIntact());
@@ -314,6 +316,45 @@ TEST(CpuAmxKernels, IsaNamesFollowOptions) {
     EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kFp8)), "amx");
     EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kTq3)), "amx");
     EXPECT_EQ(std::string(CpuKernelIsa(options)), "amx+avx512");
+  }
+}
+
+// kAuto chooses per (format, query heads per KV head, head_dim) what the single-thread A/B measured faster
+// (table in kernels/cpu/cpu_dispatch.cpp, ratios in docs/BENCHMARKS.md section 3). Written out here
+// independently of that table: the benchmark shapes (Llama-3-8B: group 4, d 128; Qwen3.6-27B: group 6, d 256)
+// and the rows where the winner changes.
+TEST(CpuDispatch, AutoChoosesPerShapeAsMeasured) {
+  if (!cpu::AmxUsable()) GTEST_SKIP() << "kAuto only chooses between families on an AMX machine";
+  if (std::getenv("MINIMAKV_CPU_ISA") != nullptr) GTEST_SKIP() << "MINIMAKV_CPU_ISA replaces kAuto";
+  struct Expected {
+    KvFormat format;
+    int group;
+    int head_dim;
+    const char* isa;
+  };
+  const Expected expected[] = {
+    {KvFormat::kBf16, 4, 128, "avx512"}, {KvFormat::kFp8, 4, 128, "amx"}, {KvFormat::kTq3, 4, 128, "amx"},  // Llama
+    {KvFormat::kBf16, 6, 256, "avx512"}, {KvFormat::kFp8, 6, 256, "amx"}, {KvFormat::kTq3, 6, 256, "amx"},  // Qwen
+    {KvFormat::kFp8, 1, 128, "avx512"},  {KvFormat::kFp8, 2, 128, "amx"},  {KvFormat::kFp8, 2, 256, "avx512"},
+    {KvFormat::kFp8, 3, 64, "avx512"},   {KvFormat::kFp8, 3, 256, "amx"},  {KvFormat::kFp8, 8, 64, "amx"},
+    {KvFormat::kBf16, 1, 256, "amx"},    {KvFormat::kBf16, 4, 256, "amx"}, {KvFormat::kBf16, 5, 256, "avx512"},
+    {KvFormat::kBf16, 8, 256, "avx512"}, {KvFormat::kBf16, 8, 64, "amx"},  {KvFormat::kBf16, 8, 128, "avx512"},
+    {KvFormat::kTq3, 1, 64, "amx"},      {KvFormat::kTq3, 8, 128, "amx"},  {KvFormat::kTq3, 7, 256, "amx"},
+  };
+  const CpuAttentionOptions options;  // kAuto
+  for (const Expected& e : expected) {
+    EXPECT_STREQ(CpuKernelIsaFor(options, e.format, e.group, e.head_dim), e.isa)
+        << KvFormatName(e.format) << " group " << e.group << " d " << e.head_dim;
+  }
+  // Groups above 8 run tasks of 8 rows: the same choice as 8.
+  for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
+    for (int d : {64, 128, 256}) {
+      EXPECT_STREQ(CpuKernelIsaFor(options, format, 16, d), CpuKernelIsaFor(options, format, 8, d));
+    }
+  }
+  // The two-argument form is the Llama-3-8B decode shape.
+  for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
+    EXPECT_STREQ(CpuKernelIsaFor(options, format), CpuKernelIsaFor(options, format, kLlamaDecodeGroup, kLlamaHeadDim));
   }
 }
 
