@@ -402,7 +402,8 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
   // 2. Blocks of keys, page by page (kernels/cpu/key_blocks.h; it prefetches the next block's scales).
-  ForEachKeyBlock<kBlockKeys, kHasScales>(task, [&](const KeyBlock& b) {
+  KeyBlock b;
+  for (KeyBlocks<kBlockKeys, kHasScales> blocks(task); blocks.Next(&b);) {
     if constexpr (kHasScales) {
       LoadScales<Codec>(b.page + layout.k_scale_offset(task.kv_head, b.t0), b.n, ws.key_scale);
       LoadScales<Codec>(b.page + layout.v_scale_offset(task.kv_head, b.t0), b.n, ws.value_scale);
@@ -411,7 +412,7 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
     ScoreBlock<Codec, ROWS>(state, b.page + layout.k_codes_offset(task.kv_head, b.t0), code_bytes, values, b.n, d, ws);
     SoftmaxBlock<ROWS>(b.n, d, kHasScales, ws);
     ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, b.next_n, ws);
-  });
+  }
   // 3. Normalize, restore coordinate order, rotate TQ3 back.
   for (int r = 0; r < ROWS; ++r) {
     const float inv_sum = 1.0f / ws.running_sum[r];

@@ -43,41 +43,52 @@ struct KeyBlock {
   int next_n = 0;
 };
 
-// Calls fn(const KeyBlock&) for every block of the task, in token order. kHasScales: the format stores
-// per-vector scales (FP8, TQ3), whose next runs are prefetched.
-template <int kBlockKeys, bool kHasScales, typename Fn>
-inline void ForEachKeyBlock(const KernelTask& task, Fn&& fn) {
-  const PageLayout& layout = task.view->layout;
-  auto page_tokens = [&](int p) { return p + 1 == task.num_pages ? task.last_page_tokens : layout.page_tokens; };
-  auto page_base = [&](int p) { return task.view->pages + size_t(task.page_ids[p]) * layout.page_bytes(); };
-  for (int p = 0; p < task.num_pages; ++p) {
-    const uint8_t* page = page_base(p);
-    const int tokens = page_tokens(p);
-    for (int t0 = 0; t0 < tokens; t0 += kBlockKeys) {
-      KeyBlock block;
-      block.page = page;
-      block.t0 = t0;
-      block.n = std::min(kBlockKeys, tokens - t0);
-      const uint8_t* next_page = page;
-      int next_t0 = t0 + kBlockKeys;
-      if (next_t0 < tokens) {
-        block.next_n = std::min(kBlockKeys, tokens - next_t0);
-      } else if (p + 1 < task.num_pages) {
-        next_page = page_base(p + 1);
-        next_t0 = 0;
-        block.next_n = std::min(kBlockKeys, page_tokens(p + 1));
-      }
-      if (block.next_n > 0) {
-        block.next_keys = next_page + layout.k_codes_offset(task.kv_head, next_t0);
-        if constexpr (kHasScales) {
-          const size_t scale_bytes = size_t(block.next_n) * layout.scale_bytes();
-          PrefetchL2(next_page + layout.k_scale_offset(task.kv_head, next_t0), scale_bytes);
-          PrefetchL2(next_page + layout.v_scale_offset(task.kv_head, next_t0), scale_bytes);
-        }
-      }
-      fn(block);
+// The blocks of a task in token order: `for (KeyBlocks blocks(task); blocks.Next(&block);)`. A cursor rather
+// than a callback so the kernels' block stages (functions with per-function target attributes) inline into the
+// loop body; a lambda would not carry the kernel's target attribute. kHasScales: the format stores per-vector
+// scales (FP8, TQ3), whose next runs are prefetched.
+template <int kBlockKeys, bool kHasScales>
+class KeyBlocks {
+ public:
+  explicit KeyBlocks(const KernelTask& task) : task_(task), layout_(task.view->layout) {}
+
+  // Fills *block with the next block and returns true; false after the last one.
+  bool Next(KeyBlock* block) {
+    if (page_ >= task_.num_pages) return false;
+    const uint8_t* page = PageBase(page_);
+    const int tokens = PageTokens(page_);
+    block->page = page;
+    block->t0 = t0_;
+    block->n = std::min(kBlockKeys, tokens - t0_);
+    block->next_keys = nullptr;
+    block->next_n = 0;
+    // Advance; the block after this one is the same page further on, else the next page's first block.
+    t0_ += kBlockKeys;
+    if (t0_ >= tokens) {
+      ++page_;
+      t0_ = 0;
     }
+    if (page_ < task_.num_pages) {
+      const uint8_t* next_page = PageBase(page_);
+      block->next_n = std::min(kBlockKeys, PageTokens(page_) - t0_);
+      block->next_keys = next_page + layout_.k_codes_offset(task_.kv_head, t0_);
+      if constexpr (kHasScales) {
+        const size_t scale_bytes = size_t(block->next_n) * layout_.scale_bytes();
+        PrefetchL2(next_page + layout_.k_scale_offset(task_.kv_head, t0_), scale_bytes);
+        PrefetchL2(next_page + layout_.v_scale_offset(task_.kv_head, t0_), scale_bytes);
+      }
+    }
+    return true;
   }
-}
+
+ private:
+  int PageTokens(int p) const { return p + 1 == task_.num_pages ? task_.last_page_tokens : layout_.page_tokens; }
+  const uint8_t* PageBase(int p) const { return task_.view->pages + size_t(task_.page_ids[p]) * layout_.page_bytes(); }
+
+  const KernelTask& task_;
+  const PageLayout& layout_;
+  int page_ = 0;  // page of the next block
+  int t0_ = 0;    // its first token in that page
+};
 
 }  // namespace minimakv::cpu
