@@ -387,7 +387,8 @@ __device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src));
 }
-__device__ inline void CpAsync16(uint32_t smem_dst, const void* global_src) {
+// (Unused when a build turns MINIMAKV_TQ3_LANE_COPY off.)
+[[maybe_unused]] __device__ inline void CpAsync16(uint32_t smem_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(global_src));
 }
 // The same with constant byte offsets on both addresses (immediates of the instruction, no address arithmetic).
@@ -1243,7 +1244,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // Copies of tile (of the item) from page page_id into stage: 16-byte cp.async by every lane (the caller commits
   // one group per tile).
   // TQ3 (cp.async): the lane's parts of the copy addresses that do not change from tile to tile (lanes 0-3 also
-  // copy the scales: 0-1 K, 2-3 V), so a tile's copies cost a few adds (v10: ~90 -> ~40 instructions per tile).
+  // copy the scales: 0-1 K, 2-3 V), so a tile's copies cost a few adds (v10: the loop's copy and bookkeeping
+  // section ~95 -> ~72 instructions at d = 256; ptxas still re-derives some lane values under register pressure).
   const uint32_t lane_dst = my_stages_addr + 16 * lane;
   const uint32_t lane_k_src = uint32_t(head_row * L::kCodeBytes + 16 * lane);
   const bool scale_lane = lane < 4;
@@ -1252,15 +1254,17 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const uint32_t lane_scale_dst = my_stages_addr + (lane >= 2 ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
   const uint32_t page_bytes32 = uint32_t(page_bytes);
   auto issue_tile_copies = [&](int stage, int page_id, int tile) {
-    const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
     if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
       const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
       const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
       IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset, k_lane, k_lane + v_codes_section, lane);
-      if (scale_lane) CpAsync16(lane_scale_dst + stage_offset, page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
+      if (scale_lane) {
+        CpAsync16(lane_scale_dst + stage_offset, page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
+      }
     } else {
+      const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
       IssueTransposedTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0,
                                              head_row, v_codes_section, scales_section, v_scales_section, lane);
     }
@@ -2266,12 +2270,14 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
     const bool few = rows < kMergeFewRows;
     const dim3 block((few ? kMergeRowWarpsFewRows : kMergeRowWarpsManyRows) * kWarpSize);
     cudaError_t error;
+    constexpr int kFew = kMergeRowWarpsFewRows;
+    constexpr int kMany = kMergeRowWarpsManyRows;
     if (shape.head_dim == 256) {
-      error = few ? LaunchKernel(MergeRowKernel<256, kMergeRowWarpsFewRows>, grid, block, 0, stream, programmatic, merge)
-                  : LaunchKernel(MergeRowKernel<256, kMergeRowWarpsManyRows>, grid, block, 0, stream, programmatic, merge);
+      error = few ? LaunchKernel(MergeRowKernel<256, kFew>, grid, block, 0, stream, programmatic, merge)
+                  : LaunchKernel(MergeRowKernel<256, kMany>, grid, block, 0, stream, programmatic, merge);
     } else {
-      error = few ? LaunchKernel(MergeRowKernel<128, kMergeRowWarpsFewRows>, grid, block, 0, stream, programmatic, merge)
-                  : LaunchKernel(MergeRowKernel<128, kMergeRowWarpsManyRows>, grid, block, 0, stream, programmatic, merge);
+      error = few ? LaunchKernel(MergeRowKernel<128, kFew>, grid, block, 0, stream, programmatic, merge)
+                  : LaunchKernel(MergeRowKernel<128, kMany>, grid, block, 0, stream, programmatic, merge);
     }
     return CudaError(error, "merge kernel launch");
   }
