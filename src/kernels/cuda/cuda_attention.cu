@@ -102,8 +102,14 @@ constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
 constexpr bool kMergeRow = MINIMAKV_MERGE_ROW != 0;
 // Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
 // (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
-constexpr int kMergeRowWarpsFewRows = 8;
-constexpr int kMergeRowWarpsManyRows = 4;
+#ifndef MINIMAKV_MERGE_ROW_WARPS_FEW  // (builds may change both to test the kernel's multi-round path)
+#define MINIMAKV_MERGE_ROW_WARPS_FEW 8
+#endif
+#ifndef MINIMAKV_MERGE_ROW_WARPS_MANY
+#define MINIMAKV_MERGE_ROW_WARPS_MANY 4
+#endif
+constexpr int kMergeRowWarpsFewRows = MINIMAKV_MERGE_ROW_WARPS_FEW;
+constexpr int kMergeRowWarpsManyRows = MINIMAKV_MERGE_ROW_WARPS_MANY;
 constexpr int kMergeFewRows = 128;
 constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (all views) the v9 merge runs
 constexpr bool kTq3LaneCopy = MINIMAKV_TQ3_LANE_COPY != 0;
@@ -1760,15 +1766,24 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
     return v == p.tq3_view ? 0 : 1;
   };
   const int count = total > warp ? (total - warp + kWarps - 1) / kWarps : 0;  // this warp's items
-  // Loads: the LSE of the warp's item j in lane j (j < 32), the outputs of its first kRowUnroll items.
-  const int lane_item = warp + kWarps * lane;
-  const float lane_lse = lane < count ? p.part_lse[state_of(lane_item)] : -INFINITY;
-  const int lane_class = lane < count ? class_of(lane_item) : -1;
+  // Loads, all in one round trip: the LSEs and outputs of the warp's first kRowUnroll items (every lane loads the
+  // LSEs: same addresses, one transaction each); with more items, also the LSE of item j in lane j (j < 32), whose
+  // class maxima then take shuffle reductions. With at most kRowUnroll items (batch >= 8) no shuffle is needed.
+  const bool few_items = count <= kRowUnroll;  // warp-uniform
+  float lane_lse = -INFINITY;
+  int lane_class = -1;
+  if (!few_items) {
+    const int lane_item = warp + kWarps * lane;
+    lane_lse = lane < count ? p.part_lse[state_of(lane_item)] : -INFINITY;
+    lane_class = lane < count ? class_of(lane_item) : -1;
+  }
   float other[kRowUnroll][kPerLane];
+  float item_lse[kRowUnroll];
   auto load_outputs = [&](int j0) {
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) {
       const size_t state = state_of(warp + kWarps * min(j0 + u, max(count - 1, 0)));
+      item_lse[u] = j0 + u < count ? p.part_lse[state] : -INFINITY;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         other[u][k] = count > 0 ? p.part_out[state * kHeadDim + lane + kWarpSize * k] : 0.0f;
@@ -1777,52 +1792,58 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
   };
   load_outputs(0);
   float acc[kClasses][kPerLane];
-  float acc_lse[kClasses];
+  float acc_lse[kClasses] = {-INFINITY, -INFINITY};  // each class's max LSE first, its LSE at the end
 #pragma unroll
   for (int c = 0; c < kClasses; ++c) {
-    // Max and weight sum of the class's LSEs over the warp's items (lanes beyond 32 items: from memory).
-    float max_lse = lane_class == c ? lane_lse : -INFINITY;
-    for (int j = lane + kWarpSize; j < count; j += kWarpSize) {
-      const int item = warp + kWarps * j;
-      if (class_of(item) == c) max_lse = fmaxf(max_lse, p.part_lse[state_of(item)]);
-    }
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-      max_lse = fmaxf(max_lse, __shfl_xor_sync(kFullWarpMask, max_lse, offset));
-    }
-    acc_lse[c] = max_lse;  // the class's max for now; its LSE below
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) acc[c][k] = 0.0f;
   }
-  const bool finite = acc_lse[0] != INFINITY && acc_lse[1] != INFINITY;
-  if (finite) {
-    float weight_sum[kClasses] = {0.0f, 0.0f};
+  if (few_items) {
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      if (u >= count) break;  // warp-uniform
+      if (class_of(warp + kWarps * u) == 0) {
+        acc_lse[0] = fmaxf(acc_lse[0], item_lse[u]);
+      } else {
+        acc_lse[1] = fmaxf(acc_lse[1], item_lse[u]);
+      }
+    }
+  } else {
 #pragma unroll
     for (int c = 0; c < kClasses; ++c) {
-      if (acc_lse[c] == -INFINITY) continue;  // no item of the class (or only empty ones)
-      float w = lane_class == c ? exp2f(lane_lse - acc_lse[c]) : 0.0f;
+      // Max of the class's LSEs over the warp's items (lanes beyond 32 items: from memory).
+      float max_lse = lane_class == c ? lane_lse : -INFINITY;
       for (int j = lane + kWarpSize; j < count; j += kWarpSize) {
         const int item = warp + kWarps * j;
-        if (class_of(item) == c) w += exp2f(p.part_lse[state_of(item)] - acc_lse[c]);
+        if (class_of(item) == c) max_lse = fmaxf(max_lse, p.part_lse[state_of(item)]);
       }
 #pragma unroll
-      for (int offset = kWarpSize / 2; offset > 0; offset /= 2) w += __shfl_xor_sync(kFullWarpMask, w, offset);
-      weight_sum[c] = w;
+      for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+        max_lse = fmaxf(max_lse, __shfl_xor_sync(kFullWarpMask, max_lse, offset));
+      }
+      acc_lse[c] = max_lse;
     }
+  }
+  const bool finite = acc_lse[0] != INFINITY && acc_lse[1] != INFINITY;
+  if (finite) {
+    // Weights against the class maxima, summed in item order as the outputs are accumulated.
+    float weight_sum[kClasses] = {0.0f, 0.0f};
     for (int j0 = 0; j0 < count; j0 += kRowUnroll) {
       if (j0 > 0) load_outputs(j0);
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
         const int j = j0 + u;
         if (j >= count) break;  // warp-uniform
-        const int item = warp + kWarps * j;
-        const float lse_from_lane = __shfl_sync(kFullWarpMask, lane_lse, j % kWarpSize);
-        const float item_lse = j < kWarpSize ? lse_from_lane : p.part_lse[state_of(item)];
-        const int c = class_of(item);
+        const int c = class_of(warp + kWarps * j);
         const float class_max = c == 0 ? acc_lse[0] : acc_lse[1];  // (no run-time register index)
         if (class_max == -INFINITY) continue;  // only empty items in the class
-        const float weight = exp2f(item_lse - class_max);  // 0 for an empty item (-inf)
+        const float weight = exp2f(item_lse[u] - class_max);  // 0 for an empty item (-inf)
         if (weight == 0.0f) continue;
+        if (c == 0) {
+          weight_sum[0] += weight;
+        } else {
+          weight_sum[1] += weight;
+        }
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) {
           if (c == 0) {
