@@ -1721,8 +1721,8 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
 }
 
 // v10 merge (kMergeRow): one CTA of kWarps warps per (sequence, query head) row. The row's items of
-// all views form one list (view by view); warp w takes items w, w + W, ... and loads the LSEs of all its items (one
-// per lane) and the outputs of its first kRowUnroll items at once, so a row with up to W * kRowUnroll items costs
+// all views form one list (view by view); warp w takes items w, w + W, ... and loads the LSEs and outputs of its
+// first kRowUnroll items at once (beyond that, one LSE per lane too), so a row with up to W * kRowUnroll items costs
 // one dependent global round trip instead of one per view and per 8 items (v9: Qwen 32K b8 has 12 TQ3 + 7 FP8
 // items per row: three round trips; batch 1 about 100 TQ3 items: thirteen). Each warp keeps two states, TQ3 items
 // (rotated domain) and the others, rotates its TQ3 state back and merges the two; warp 0 then merges the warps'
