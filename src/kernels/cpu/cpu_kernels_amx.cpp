@@ -28,7 +28,7 @@
 //
 // Measured in `minimakv bench --isa amx,avx512` (Llama shape, 32K tokens, batch 1, 2 threads, AMX time over
 // AVX-512 time): FP8 0.89x, TQ3 0.71x with the one-part units (0.8-1.25x with the former two-part centroids),
-// BF16 1.08x; so the dispatcher runs AMX for FP8 and TQ3 by default (cpu_dispatch.cpp).
+// BF16 1.08x. Which family runs for each (format, task rows, head_dim) is decided in cpu_dispatch.cpp.
 // TQ3 codes expand through a GF2P8AFFINEQB bit transpose (Tq3Amx::Expand): 5 vector operations per 64
 // coordinates instead of 8 with mask registers; single-head A/B test (one thread, 8 KV heads of 32K tokens,
 // caches flushed, interleaved rounds): 0.83x the time at GQA 4, 0.94x at GQA 8.
@@ -107,7 +107,6 @@ MINIMAKV_AMX_TARGET inline __m512 Exp2(__m512 x) {
   for (int k = 6; k >= 0; --k) poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(kExp2Taylor[k]));
   return _mm512_scalef_ps(poly, n);
 }
-
 
 // The upper 16 bits of every fp32 lane of a (lanes 0..15) and b (lanes 16..31): exact bf16 when the values
 // are bf16-representable.
