@@ -84,6 +84,23 @@ constexpr float kProbScale = 16384.0f;
 #endif
 // v10: merge with several warps per (sequence, query head) row, items of all views spread over the warps
 // (MergeRowKernel; 0 = the v9 kernel, one warp per row).
+// v11 experiment: TQ3 tiles of 32 keys (two 16-key MMA row blocks per copy, per softmax step and per loop
+// iteration), so the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys;
+// per head dim (MINIMAKV_TQ3_PAIR_D128 / _D256). MINIMAKV_TQ3_PAIR_STAGES_D* stages of 32 keys per warp (3: one
+// tile in flight while the warp computes the next and the values of the previous one, the bytes in flight of the
+// 16-key kernel's 4 stages). d = 256 pairs need ~210 registers and 75 KB of stages per CTA: 2 CTAs per SM.
+#ifndef MINIMAKV_TQ3_PAIR_D128
+#define MINIMAKV_TQ3_PAIR_D128 0
+#endif
+#ifndef MINIMAKV_TQ3_PAIR_D256
+#define MINIMAKV_TQ3_PAIR_D256 0
+#endif
+#ifndef MINIMAKV_TQ3_PAIR_STAGES_D128
+#define MINIMAKV_TQ3_PAIR_STAGES_D128 3
+#endif
+#ifndef MINIMAKV_TQ3_PAIR_STAGES_D256
+#define MINIMAKV_TQ3_PAIR_STAGES_D256 3
+#endif
 #ifndef MINIMAKV_MERGE_ROW
 #define MINIMAKV_MERGE_ROW 1
 #endif
@@ -113,6 +130,11 @@ constexpr int kMergeRowWarpsManyRows = MINIMAKV_MERGE_ROW_WARPS_MANY;
 constexpr int kMergeFewRows = 128;
 constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (all views) the v9 merge runs
 constexpr bool kTq3LaneCopy = MINIMAKV_TQ3_LANE_COPY != 0;
+// 16-key MMA row blocks per TQ3 tile (1, or 2 with MINIMAKV_TQ3_PAIR_D*); other formats always 1.
+constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
+constexpr int kTq3SubTilesD256 = MINIMAKV_TQ3_PAIR_D256 != 0 ? 2 : 1;
+constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
+constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
 constexpr float kLazyMaxMargin = 1.0f;  // log2 units: probabilities up to 2 (fp16 P^T up to 2^15, see the kernel)
 
 Status CudaError(cudaError_t error, const char* what) {
@@ -361,20 +383,27 @@ struct DecodeParams {
 template <KvFormat kFormat, int kHeadDim>
 struct TileLayout {
   static constexpr int kTile = kCudaKeyTileTokens;
+  // 16-key row blocks per staged tile (TQ3 with MINIMAKV_TQ3_PAIR_D*: 2, rows of block h at h * kTile).
+  static constexpr int kSubTiles =
+      kFormat != KvFormat::kTq3 ? 1 : kHeadDim == 256 ? kTq3SubTilesD256 : kTq3SubTilesD128;
   static constexpr int kCodeBytes = int(CodeBytesPerVector(kFormat, kHeadDim));
   static constexpr int kScaleBytes = int(ScaleBytesPerVector(kFormat));
   static constexpr bool kPadded = kFormat != KvFormat::kTq3;
   static constexpr int kKStride = kCodeBytes + (kPadded ? 64 : 0);
   static constexpr int kVStride = kCodeBytes + (kPadded ? 16 : 0);
   static constexpr int kKOffset = 0;
-  static constexpr int kVOffset = kTile * kKStride;
-  static constexpr int kKScaleOffset = kVOffset + kTile * kVStride;
-  static constexpr int kVScaleOffset = kKScaleOffset + 64;  // room for 16 fp32 scales
+  static constexpr int kVOffset = kSubTiles * kTile * kKStride;
+  static constexpr int kKScaleOffset = kVOffset + kSubTiles * kTile * kVStride;
+  static constexpr int kVScaleOffset = kKScaleOffset + 64;  // room for 16 fp32 (FP8) or 32 fp16 (TQ3) scales
+  static_assert(kSubTiles * kTile * kScaleBytes <= 64, "one tile's scales fit their 64-byte run");
   static constexpr int kStageBytes = kVScaleOffset + 64;
   // Stages per warp: each SM should keep ~50-100 KB of loads in flight.
   // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 tiles are small and compute heavy: 4 stages
   // (kTq3StagesD256 at d = 256; the pipelined TQ3 kernel keeps kStages - 2 tiles in flight while it computes).
-  static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2 : kHeadDim == 256 ? kTq3StagesD256 : 4;
+  static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2
+                                 : kSubTiles == 2     ? (kHeadDim == 256 ? kTq3PairStagesD256 : kTq3PairStagesD128)
+                                 : kHeadDim == 256    ? kTq3StagesD256
+                                                      : 4;
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (kHeadDim + 2) * 4;
   static constexpr int kStagesBytes = kDecodeWarps * kStages * kStageBytes;
@@ -1204,6 +1233,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr int kMTiles = kHeadDim / 16;
   constexpr int kTile = kCudaKeyTileTokens;
   constexpr int kChains = 2;  // FP8 score accumulators: query hi, lo
+  constexpr int kSub = L::kSubTiles;
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
   uint8_t* stages_base = smem + L::kQFragBytes;
@@ -1259,27 +1289,55 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       uint32_t(scales_section + (lane >= 2 ? v_scales_section : 0) + head_row * L::kScaleBytes + 16 * (lane & 1));
   const uint32_t lane_scale_dst = my_stages_addr + (lane >= 2 ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
   const uint32_t page_bytes32 = uint32_t(page_bytes);
-  auto issue_tile_copies = [&](int stage, int page_id, int tile) {
+  // sub = the 16-key row block of the stage (TQ3 pair tiles: 0 or 1).
+  auto issue_tile_copies = [&](int stage, int page_id, int tile, int sub) {
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
     if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
       const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
       const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
-      IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset, k_lane, k_lane + v_codes_section, lane);
+      IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset + uint32_t(sub * kTile * L::kCodeBytes), k_lane,
+                                 k_lane + v_codes_section, lane);
       if (scale_lane) {
-        CpAsync16(lane_scale_dst + stage_offset, page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
+        CpAsync16(lane_scale_dst + stage_offset + uint32_t(sub * kTile * L::kScaleBytes),
+                  page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
       }
     } else {
+      static_assert(kSub == 1, "pair tiles need the lane copies (MINIMAKV_TQ3_LANE_COPY)");
       const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
       IssueTransposedTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0,
                                              head_row, v_codes_section, scales_section, v_scales_section, lane);
     }
   };
-  int issue_tile = warp;
+  // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + 4, ...
+  const int num_units = kSub == 1 ? num_tiles : (num_tiles + kSub - 1) / kSub;
+  int issue_tile = warp;  // the next unit to copy
   const int32_t* item_page_ids = p.page_ids + item.page_begin;
+  // Page ids of a unit's tiles (0 past the item's last tile, not copied). With an even number of tiles per page
+  // both tiles of a pair lie in one page.
+  auto unit_page_ids = [&](int unit, int (&ids)[kSub]) {
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub) {
+      const int tile = unit * kSub + sub;
+      if (sub > 0 && tiles_per_page % 2 == 0) {
+        ids[sub] = ids[0];
+      } else {
+        ids[sub] = tile < num_tiles ? item_page_ids[page_of(tile)] : 0;
+      }
+    }
+  };
+  auto issue_unit = [&](int stage, const int (&ids)[kSub], int unit) {
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub) {
+      const int tile = unit * kSub + sub;
+      if (tile < num_tiles) issue_tile_copies(stage, ids[sub], tile, sub);
+    }
+  };
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
-    if (issue_tile < num_tiles) issue_tile_copies(s, item_page_ids[page_of(issue_tile)], issue_tile);
+    int ids[kSub];
+    unit_page_ids(issue_tile, ids);
+    issue_unit(s, ids, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
@@ -1311,183 +1369,222 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
 
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
-  int next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
+  int next_page_id[kSub];
+  unit_page_ids(issue_tile, next_page_id);
   int read_stage = 0;
   int write_stage = L::kStages - 1;
-  auto issue_next = [&]() {  // tile issue_tile into write_stage (the stage of this warp's previous tile)
-    if (issue_tile < num_tiles) issue_tile_copies(write_stage, next_page_id, issue_tile);
+  auto issue_next = [&]() {  // unit issue_tile into write_stage (the stage of this warp's previous unit)
+    issue_unit(write_stage, next_page_id, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
-    next_page_id = issue_tile < num_tiles ? item_page_ids[page_of(issue_tile)] : 0;
+    unit_page_ids(issue_tile, next_page_id);
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
   };
   // Pipelined: the previous tile's stage, valid keys and P^T fragments. The first iteration's value phase reads the
   // current (loaded) stage with zero probabilities: it adds exact zeros (expanded codes are finite).
   int prev_stage = 0;
-  int prev_valid = 1;
-  uint32_t prev_pb0 = 0u;
-  uint32_t prev_pb1 = 0u;
-  for (int tile = warp; tile < num_tiles; tile += kDecodeWarps) {
+  int prev_valid[kSub];
+  uint32_t prev_pb0[kSub];
+  uint32_t prev_pb1[kSub];
+#pragma unroll
+  for (int sub = 0; sub < kSub; ++sub) {
+    prev_valid[sub] = 1;
+    prev_pb0[sub] = 0u;
+    prev_pb1[sub] = 0u;
+  }
+  for (int unit = warp; unit < num_units; unit += kDecodeWarps) {
     if constexpr (!kPipeline) issue_next();
-    // Pipelined: tiles up to this one + kStages - 2 are committed (the last copy was issued at the end of the
+    // Pipelined: units up to this one + kStages - 2 are committed (the last copy was issued at the end of the
     // previous iteration), so kStages - 2 groups may stay pending.
     CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
     __syncwarp();
     const int cur_stage = read_stage;
     const uint8_t* stage = my_stages + read_stage * L::kStageBytes;
     read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
-    // Every tile is full but the item's last one (pages before the last are full, and so are the tiles of the last
-    // page before its last tile).
-    const int valid = tile == num_tiles - 1 ? last_tile_valid : kTile;
 
-    // ---- scores S^T: rows = keys g (a) and 8 + g (b), masked keys read the last valid one; columns = heads.
-    float acc[kChains][4];
+    // sc[sub][kk][hh]: key (kk ? 8 + g : g) of row block sub, head 2t + hh.
+    float sc[kSub][2][2];
+    bool key_valid[kSub][2];
+    float v_scale[kSub][2];
+    int valid[kSub];
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
-    int iacc[3][4];  // integer scores (kImma): S2, S1, S0
+    for (int sub = 0; sub < kSub; ++sub) {
+      // Every tile is full but the item's last one (pages before the last are full, and so are the tiles of the
+      // last page before its last tile); a pair's second tile past the item's end has no valid key.
+      const int tile = unit * kSub + sub;
+      valid[sub] = kSub == 1 ? (tile == num_tiles - 1 ? last_tile_valid : kTile)
+                             : (tile < num_tiles - 1 ? kTile : tile == num_tiles - 1 ? last_tile_valid : 0);
+      const uint8_t* block_stage = stage + sub * kTile * L::kKStride;  // row block sub's K rows
+
+      // ---- scores S^T: rows = keys g (a) and 8 + g (b), masked keys read the last valid one; columns = heads.
+      float acc[kChains][4];
 #pragma unroll
-    for (int c = 0; c < 3; ++c) iacc[c][0] = iacc[c][1] = iacc[c][2] = iacc[c][3] = 0;
-    // Rows of masked keys: FP8 reads the last valid one (a staged unused slot may hold NaN codes); TQ3 reads the
-    // staged row itself (any code decodes to a finite value; its score is masked and its V scale zeroed below).
-    const int key_a = kImma ? g : min(g, valid - 1);
-    const int key_b = kImma ? 8 + g : min(8 + g, valid - 1);
-    const uint8_t* row_a = stage + L::kKOffset + key_a * L::kKStride;
-    const uint8_t* row_b = stage + L::kKOffset + key_b * L::kKStride;
-    if constexpr (kImma) {
-      const uint8_t* codes_a = row_a + t * 12;
-      const uint8_t* codes_b = row_b + t * 12;
+      for (int c = 0; c < kChains; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+      int iacc[3][4];  // integer scores (kImma): S2, S1, S0
 #pragma unroll
-      for (int block = 0; block < kBlocks; ++block) {
-        const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
-        const uint8_t* gb = codes_b + block * 48;
-        const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
-        const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
+      for (int c = 0; c < 3; ++c) iacc[c][0] = iacc[c][1] = iacc[c][2] = iacc[c][3] = 0;
+      // Rows of masked keys: FP8 reads the last valid one (a staged unused slot may hold NaN codes); TQ3 reads the
+      // staged row itself (any code decodes to a finite value; its score is masked and its V scale zeroed below;
+      // a pair's second block past the item's end holds stale or never-written codes, equally finite).
+      const int key_a = kImma ? g : min(g, valid[sub] - 1);
+      const int key_b = kImma ? 8 + g : min(8 + g, valid[sub] - 1);
+      const uint8_t* row_a = block_stage + L::kKOffset + key_a * L::kKStride;
+      const uint8_t* row_b = block_stage + L::kKOffset + key_b * L::kKStride;
+      if constexpr (kImma) {
+        const uint8_t* codes_a = row_a + t * 12;
+        const uint8_t* codes_b = row_b + t * 12;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 4 e + r (a0, a1), 16 + 4 e + r (a2, a3)
-          const uint32_t na = Tq3Nibbles(planes_a, r);
-          const uint32_t nb = Tq3Nibbles(planes_b, r);
-          const uint32_t na_up = ShiftRight(na, 16);
-          const uint32_t nb_up = ShiftRight(nb, 16);
-          const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
-          const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
-          const uint32_t h0 = Prmt(digits.hi_pos, digits.hi_neg, na);
-          const uint32_t h1 = Prmt(digits.hi_pos, digits.hi_neg, nb);
-          const uint32_t h2 = Prmt(digits.hi_pos, digits.hi_neg, na_up);
-          const uint32_t h3 = Prmt(digits.hi_pos, digits.hi_neg, nb_up);
-          MmaS8(iacc[0], h0, h1, h2, h3, qf.x, qf.y);    // hi x q2
-          MmaS8(iacc[1], h0, h1, h2, h3, qf.z, qf.w);    // hi x q1
-          MmaS8(iacc[2], h0, h1, h2, h3, qf0.x, qf0.y);  // hi x q0
-          const uint32_t l0 = Prmt(digits.lo_pos, digits.lo_neg, na);
-          const uint32_t l1 = Prmt(digits.lo_pos, digits.lo_neg, nb);
-          const uint32_t l2 = Prmt(digits.lo_pos, digits.lo_neg, na_up);
-          const uint32_t l3 = Prmt(digits.lo_pos, digits.lo_neg, nb_up);
-          MmaS8(iacc[1], l0, l1, l2, l3, qf.x, qf.y);    // lo x q2
-          MmaS8(iacc[2], l0, l1, l2, l3, qf.z, qf.w);    // lo x q1
+        for (int block = 0; block < kBlocks; ++block) {
+          const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
+          const uint8_t* gb = codes_b + block * 48;
+          const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
+          const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 4 e + r (a0, a1), 16 + 4 e + r (a2, a3)
+            const uint32_t na = Tq3Nibbles(planes_a, r);
+            const uint32_t nb = Tq3Nibbles(planes_b, r);
+            const uint32_t na_up = ShiftRight(na, 16);
+            const uint32_t nb_up = ShiftRight(nb, 16);
+            const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
+            const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
+            const uint32_t h0 = Prmt(digits.hi_pos, digits.hi_neg, na);
+            const uint32_t h1 = Prmt(digits.hi_pos, digits.hi_neg, nb);
+            const uint32_t h2 = Prmt(digits.hi_pos, digits.hi_neg, na_up);
+            const uint32_t h3 = Prmt(digits.hi_pos, digits.hi_neg, nb_up);
+            MmaS8(iacc[0], h0, h1, h2, h3, qf.x, qf.y);    // hi x q2
+            MmaS8(iacc[1], h0, h1, h2, h3, qf.z, qf.w);    // hi x q1
+            MmaS8(iacc[2], h0, h1, h2, h3, qf0.x, qf0.y);  // hi x q0
+            const uint32_t l0 = Prmt(digits.lo_pos, digits.lo_neg, na);
+            const uint32_t l1 = Prmt(digits.lo_pos, digits.lo_neg, nb);
+            const uint32_t l2 = Prmt(digits.lo_pos, digits.lo_neg, na_up);
+            const uint32_t l3 = Prmt(digits.lo_pos, digits.lo_neg, nb_up);
+            MmaS8(iacc[1], l0, l1, l2, l3, qf.x, qf.y);    // lo x q2
+            MmaS8(iacc[2], l0, l1, l2, l3, qf.z, qf.w);    // lo x q1
+          }
+        }
+      } else {  // FP8: one 128-dim block of both keys at a time (LoadExpandK's register order = the query's KDim)
+#pragma unroll
+        for (int block = 0; block < kBlocks; ++block) {
+          uint32_t ka[16];
+          uint32_t kb[16];
+          LoadExpandK<kFormat>(row_a, block, t, tab, ka);
+          LoadExpandK<kFormat>(row_b, block, t, tab, kb);
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const int kstep = block * 8 + jj;
+            const uint4 qf = q_frag[kstep * kWarpSize + lane];
+            MmaF16(acc[0], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
+            MmaF16(acc[1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
+          }
         }
       }
-    } else {  // FP8: one 128-dim block of both keys at a time (LoadExpandK's register order = the query's KDim)
+      if constexpr (kPipeline) {  // the previous unit's values of block sub (independent of this unit's scores)
+        TransposedValueTile<kFormat, kHeadDim>(
+            my_stages + prev_stage * L::kStageBytes + L::kVOffset + sub * kTile * L::kVStride, prev_valid[sub], g,
+            t, tab, prev_pb0[sub], prev_pb1[sub], o_acc);
+      }
+      sc[sub][0][0] = sc[sub][0][1] = sc[sub][1][0] = sc[sub][1][1] = 0.0f;
+      if constexpr (kImma) {
+        // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at
+        // d = 256, so 2^8 S1 + S0 stays below 2^30 in int32; S2 converts exactly, the sum rounds once in fp32.
 #pragma unroll
-      for (int block = 0; block < kBlocks; ++block) {
-        uint32_t ka[16];
-        uint32_t kb[16];
-        LoadExpandK<kFormat>(row_a, block, t, tab, ka);
-        LoadExpandK<kFormat>(row_b, block, t, tab, kb);
+        for (int i = 0; i < 4; ++i) {
+          const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
+          const float s2 = float(iacc[0][i]) * float(kTq3DigitBase * kTq3DigitBase);
+          sc[sub][i >> 1][i & 1] = (s2 + float(low)) * score_unit[i & 1];
+        }
+      } else {
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-          const int kstep = block * 8 + jj;
-          const uint4 qf = q_frag[kstep * kWarpSize + lane];
-          MmaF16(acc[0], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
-          MmaF16(acc[1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
+        for (int c = 0; c < kChains; ++c) {
+          sc[sub][0][0] += acc[c][0];
+          sc[sub][0][1] += acc[c][1];
+          sc[sub][1][0] += acc[c][2];
+          sc[sub][1][1] += acc[c][3];
+        }
+      }
+      // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
+      key_valid[sub][0] = g < valid[sub];
+      key_valid[sub][1] = 8 + g < valid[sub];
+      float k_scale[2];
+      if constexpr (kImma) {
+        const __half* k_scales = reinterpret_cast<const __half*>(stage + L::kKScaleOffset) + sub * kTile;
+        const __half* v_scales = reinterpret_cast<const __half*>(stage + L::kVScaleOffset) + sub * kTile;
+        k_scale[0] = __half2float(k_scales[key_a]);
+        k_scale[1] = __half2float(k_scales[key_b]);
+        v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;  // unused slot: maybe NaN
+        v_scale[sub][1] = key_valid[sub][1] ? __half2float(v_scales[key_b]) : 0.0f;
+      } else {
+        k_scale[0] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_a);
+        k_scale[1] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_b);
+        v_scale[sub][0] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_a);
+        v_scale[sub][1] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_b);
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          sc[sub][kk][hh] = key_valid[sub][kk] ? sc[sub][kk][hh] * k_scale[kk] : -INFINITY;
         }
       }
     }
-    if constexpr (kPipeline) {  // the previous tile's values (independent of this tile's scores)
-      TransposedValueTile<kFormat, kHeadDim>(my_stages + prev_stage * L::kStageBytes + L::kVOffset, prev_valid, g, t,
-                                             tab, prev_pb0, prev_pb1, o_acc);
-    }
-    // sc[kk][hh]: key (kk ? 8 + g : g), head 2t + hh.
-    float sc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-    if constexpr (kImma) {
-      // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at d = 256,
-      // so 2^8 S1 + S0 stays below 2^30 in int32; S2 converts exactly, the sum rounds once in fp32.
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
-        const float s2 = float(iacc[0][i]) * float(kTq3DigitBase * kTq3DigitBase);
-        sc[i >> 1][i & 1] = (s2 + float(low)) * score_unit[i & 1];
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < kChains; ++c) {
-        sc[0][0] += acc[c][0];
-        sc[0][1] += acc[c][1];
-        sc[1][0] += acc[c][2];
-        sc[1][1] += acc[c][3];
-      }
-    }
-    // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
-    const bool key_valid[2] = {g < valid, 8 + g < valid};
-    float k_scale[2];
-    float v_scale[2];
-    if constexpr (kImma) {
-      const __half* k_scales = reinterpret_cast<const __half*>(stage + L::kKScaleOffset);
-      const __half* v_scales = reinterpret_cast<const __half*>(stage + L::kVScaleOffset);
-      k_scale[0] = __half2float(k_scales[key_a]);
-      k_scale[1] = __half2float(k_scales[key_b]);
-      v_scale[0] = key_valid[0] ? __half2float(v_scales[key_a]) : 0.0f;  // an unused slot's scale may be NaN
-      v_scale[1] = key_valid[1] ? __half2float(v_scales[key_b]) : 0.0f;
-    } else {
-      k_scale[0] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_a);
-      k_scale[1] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_b);
-      v_scale[0] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_a);
-      v_scale[1] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_b);
-    }
-    float prob[2][2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) sc[kk][hh] = key_valid[kk] ? sc[kk][hh] * k_scale[kk] : -INFINITY;
-    }
-    // Lazy update (kLazyMax, TQ3): while no score of the tile lies more than kLazyMaxMargin above the running max
-    // of its head and no V scale exceeds the largest one seen (v_unit * kProbScale), the tile is taken against the
+    float prob[kSub][2][2];
+    // Lazy update (kLazyMax, TQ3): while no score of the unit lies more than kLazyMaxMargin above the running max
+    // of its head and no V scale exceeds the largest one seen (v_unit * kProbScale), the unit is taken against the
     // current max and unit: no shuffle reductions, no exp2 of the max change, no rescale check. Probabilities are
-    // then at most 2^kLazyMaxMargin, and the fp16 P^T entries at most 2^(14 + margin) < 65504. A tile that does not
+    // then at most 2^kLazyMaxMargin, and the fp16 P^T entries at most 2^(14 + margin) < 65504. A unit that does not
     // fit (the first one always: the max starts at -inf) takes the full update below.
     bool full_update = true;
     if constexpr (kLazyMax) {
       const float v_max_seen = v_unit * kProbScale;  // exact: kProbScale is a power of two
-      const bool fits = sc[0][0] <= row_max[0] + kLazyMaxMargin && sc[1][0] <= row_max[0] + kLazyMaxMargin &&
-                        sc[0][1] <= row_max[1] + kLazyMaxMargin && sc[1][1] <= row_max[1] + kLazyMaxMargin &&
-                        v_scale[0] <= v_max_seen && v_scale[1] <= v_max_seen;
+      bool fits = true;
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) {
+        fits = fits && sc[sub][0][0] <= row_max[0] + kLazyMaxMargin && sc[sub][1][0] <= row_max[0] + kLazyMaxMargin &&
+               sc[sub][0][1] <= row_max[1] + kLazyMaxMargin && sc[sub][1][1] <= row_max[1] + kLazyMaxMargin &&
+               v_scale[sub][0] <= v_max_seen && v_scale[sub][1] <= v_max_seen;
+      }
       full_update = __any_sync(kFullWarpMask, !fits);
     }
     if (!full_update) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        prob[0][hh] = Exp2Approx(sc[0][hh] - row_max[hh]);
-        prob[1][hh] = Exp2Approx(sc[1][hh] - row_max[hh]);
-        row_sum[hh] += prob[0][hh] + prob[1][hh];
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) {
+          prob[sub][0][hh] = Exp2Approx(sc[sub][0][hh] - row_max[hh]);
+          prob[sub][1][hh] = Exp2Approx(sc[sub][1][hh] - row_max[hh]);
+          row_sum[hh] += prob[sub][0][hh] + prob[sub][1][hh];
+        }
       }
     } else {
       float alpha[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float tile_max = fmaxf(sc[0][hh], sc[1][hh]);
+        float tile_max = fmaxf(sc[0][0][hh], sc[0][1][hh]);
+#pragma unroll
+        for (int sub = 1; sub < kSub; ++sub) tile_max = fmaxf(tile_max, fmaxf(sc[sub][0][hh], sc[sub][1][hh]));
 #pragma unroll
         for (int offset = 4; offset < kWarpSize; offset *= 2) {  // over the 8 key-row groups
           tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
         }
-        const float new_max = fmaxf(row_max[hh], tile_max);  // finite: key 0 of a tile is always valid
+        const float new_max = fmaxf(row_max[hh], tile_max);  // finite: key 0 of a unit is always valid
         alpha[hh] = Exp2Approx(row_max[hh] - new_max);
         row_max[hh] = new_max;
-        prob[0][hh] = Exp2Approx(sc[0][hh] - new_max);
-        prob[1][hh] = Exp2Approx(sc[1][hh] - new_max);
-        row_sum[hh] = row_sum[hh] * alpha[hh] + (prob[0][hh] + prob[1][hh]);
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) {
+          prob[sub][0][hh] = Exp2Approx(sc[sub][0][hh] - new_max);
+          prob[sub][1][hh] = Exp2Approx(sc[sub][1][hh] - new_max);
+        }
+        float unit_sum = prob[0][0][hh] + prob[0][1][hh];
+#pragma unroll
+        for (int sub = 1; sub < kSub; ++sub) unit_sum += prob[sub][0][hh] + prob[sub][1][hh];
+        row_sum[hh] = row_sum[hh] * alpha[hh] + unit_sum;
       }
       // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
       float ratio = 1.0f;
       {
-        float v_max = fmaxf(v_scale[0], v_scale[1]);
+        float v_max = fmaxf(v_scale[0][0], v_scale[0][1]);
+#pragma unroll
+        for (int sub = 1; sub < kSub; ++sub) v_max = fmaxf(v_max, fmaxf(v_scale[sub][0], v_scale[sub][1]));
 #pragma unroll
         for (int offset = 4; offset < kWarpSize; offset *= 2) {
           v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, offset));
@@ -1499,7 +1596,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
           inv_v_unit = kProbScale / v_max;
         }
       }
-      // Rescale O columns (heads 2t, 2t + 1); the previous tile's values (pipelined) are already in o_acc.
+      // Rescale O columns (heads 2t, 2t + 1); the previous unit's values (pipelined) are already in o_acc.
       const float f0 = alpha[0] * ratio;
       const float f1 = alpha[1] * ratio;
       if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
@@ -1513,27 +1610,43 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       }
     }
     // P^T fragments of the value MMA: b0 = keys (2t, 2t + 1), b1 = keys (8 + 2t, 9 + 2t) of head g, i.e. the
-    // transposes of the 8x8 blocks (keys g | 8 + g) x (heads 2t, 2t + 1) this thread holds.
-    const uint32_t pb0 = TransposeB16x8x8(
-        PackHalf2(prob[0][0] * (v_scale[0] * inv_v_unit), prob[0][1] * (v_scale[0] * inv_v_unit)));
-    const uint32_t pb1 = TransposeB16x8x8(
-        PackHalf2(prob[1][0] * (v_scale[1] * inv_v_unit), prob[1][1] * (v_scale[1] * inv_v_unit)));
+    // transposes of the 8x8 blocks (keys g | 8 + g) x (heads 2t, 2t + 1) this thread holds (per row block).
+    uint32_t pb0[kSub];
+    uint32_t pb1[kSub];
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub) {
+      pb0[sub] = TransposeB16x8x8(PackHalf2(prob[sub][0][0] * (v_scale[sub][0] * inv_v_unit),
+                                            prob[sub][0][1] * (v_scale[sub][0] * inv_v_unit)));
+      pb1[sub] = TransposeB16x8x8(PackHalf2(prob[sub][1][0] * (v_scale[sub][1] * inv_v_unit),
+                                            prob[sub][1][1] * (v_scale[sub][1] * inv_v_unit)));
+    }
     if constexpr (!kPipeline) {
-      TransposedValueTile<kFormat, kHeadDim>(stage + L::kVOffset, valid, g, t, tab, pb0, pb1, o_acc);
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) {
+        TransposedValueTile<kFormat, kHeadDim>(stage + L::kVOffset + sub * kTile * L::kVStride, valid[sub], g, t,
+                                               tab, pb0[sub], pb1[sub], o_acc);
+      }
       __syncwarp();  // this stage is refilled by a later iteration's copies
     } else {
       prev_stage = cur_stage;
-      prev_valid = valid;
-      prev_pb0 = pb0;
-      prev_pb1 = pb1;
-      __syncwarp();  // the previous tile's stage, read above, is refilled now
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) {
+        prev_valid[sub] = valid[sub];
+        prev_pb0[sub] = pb0[sub];
+        prev_pb1[sub] = pb1[sub];
+      }
+      __syncwarp();  // the previous unit's stage, read above, is refilled now
       issue_next();
     }
   }
   if constexpr (kPipeline) {
-    if (warp < num_tiles) {  // the last tile's values
-      TransposedValueTile<kFormat, kHeadDim>(my_stages + prev_stage * L::kStageBytes + L::kVOffset, prev_valid, g, t,
-                                             tab, prev_pb0, prev_pb1, o_acc);
+    if (warp < num_units) {  // the last unit's values
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) {
+        TransposedValueTile<kFormat, kHeadDim>(
+            my_stages + prev_stage * L::kStageBytes + L::kVOffset + sub * kTile * L::kVStride, prev_valid[sub], g,
+            t, tab, prev_pb0[sub], prev_pb1[sub], o_acc);
+      }
     }
   }
   CpAsyncWait<0>();
