@@ -84,16 +84,17 @@ constexpr float kProbScale = 16384.0f;
 #endif
 // v10: merge with several warps per (sequence, query head) row, items of all views spread over the warps
 // (MergeRowKernel; 0 = the v9 kernel, one warp per row).
-// v11 experiment: TQ3 tiles of 32 keys (two 16-key MMA row blocks per copy, per softmax step and per loop
-// iteration), so the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys;
-// per head dim (MINIMAKV_TQ3_PAIR_D128 / _D256). MINIMAKV_TQ3_PAIR_STAGES_D* stages of 32 keys per warp (3: one
-// tile in flight while the warp computes the next and the values of the previous one, the bytes in flight of the
-// 16-key kernel's 4 stages). d = 256 pairs need ~210 registers and 75 KB of stages per CTA: 2 CTAs per SM.
+// v11: TQ3 tiles of 32 keys (two 16-key MMA row blocks per copy, per softmax step and per loop iteration), so
+// the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys; per head dim
+// (MINIMAKV_TQ3_PAIR_D128 / _D256, 0 = v10's 16-key tiles; same-run A/B in docs/cuda-notes.md "v11": 3.5-5.8%
+// faster). MINIMAKV_TQ3_PAIR_STAGES_D* stages of 32 keys per warp (3: one tile in flight while the warp computes the
+// next and the values of the previous one, the bytes in flight of the 16-key kernel's 4 stages). d = 256 pairs
+// need ~210 registers and 75 KB of stages per CTA: 2 CTAs per SM (v10: 3).
 #ifndef MINIMAKV_TQ3_PAIR_D128
-#define MINIMAKV_TQ3_PAIR_D128 0
+#define MINIMAKV_TQ3_PAIR_D128 1
 #endif
 #ifndef MINIMAKV_TQ3_PAIR_D256
-#define MINIMAKV_TQ3_PAIR_D256 0
+#define MINIMAKV_TQ3_PAIR_D256 1
 #endif
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D128
 #define MINIMAKV_TQ3_PAIR_STAGES_D128 3
