@@ -63,11 +63,15 @@ def main():
     parser.add_argument("--kv-type", choices=sorted(KV_TYPES), default="f16",
                         help="llama.cpp's K/V cache type (f32 = its most exact attention: no f16 rounding of K, V, "
                              "Q or the softmax weights)")
+    parser.add_argument("--n-batch", type=int, default=512,
+                        help="tokens per llama.cpp batch (the fixture: 512); another value only changes how "
+                             "llama.cpp splits its own work")
+    parser.add_argument("--flash-attn", action="store_true", help="llama.cpp's flash attention (fixture: off)")
     args = parser.parse_args()
     disable_extra_buffer_types()
-    llm = llama_cpp.Llama(model_path=args.model, n_ctx=2048, n_batch=512, logits_all=True, n_threads=2,
-                          type_k=KV_TYPES[args.kv_type], type_v=KV_TYPES[args.kv_type], flash_attn=False,
-                          verbose=False)
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=2048, n_batch=args.n_batch, n_ubatch=args.n_batch,
+                          logits_all=True, n_threads=2, type_k=KV_TYPES[args.kv_type],
+                          type_v=KV_TYPES[args.kv_type], flash_attn=args.flash_attn, verbose=False)
     text = open(TEXT_FILE, encoding="utf-8").read()
     ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:args.top1_tokens]
     llm.reset()
@@ -90,7 +94,7 @@ def main():
                        "text": llm.detokenize(out).decode("utf-8", "replace")})
     o = sys.stdout
     o.write('{"model": ' + json.dumps(args.label) + ',\n')
-    o.write(f' "producer": "llama-cpp-python {llama_cpp.__version__}, {args.kv_type} KV, flash_attn off, n_batch 512",\n')
+    o.write(f' "producer": "llama-cpp-python {llama_cpp.__version__}, {args.kv_type} KV, flash_attn {("off", "on")[args.flash_attn]}, n_batch {args.n_batch}",\n')
     o.write(f' "top1_text": "{TEXT_FILE} (first {len(ids)} tokens)",\n')
     o.write(' "text_ids": ' + json.dumps(ids) + ",\n")
     o.write(' "top1": ' + json.dumps(top1) + ",\n")
