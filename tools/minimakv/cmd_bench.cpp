@@ -84,7 +84,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   parser.AddString("paths", "P[,P...]", "paths to time, from bf16,fp8,tq3,minima (bf16 always runs: the baseline)",
                    &paths_text);
   std::string isas_text = "auto";
-  parser.AddString("isa", "I[,I...]", "kernel families to time, from auto (per format the fastest measured: AMX for fp8 and tq3, "
+  parser.AddString("isa", "I[,I...]", "kernel families to time, from auto (per format, GQA group and head_dim the family "
+                   "measured fastest, src/kernels/cpu/cpu_dispatch.cpp; at the Llama shape AMX for fp8 and tq3, "
                    "AVX-512 for bf16), amx, avx512, "
                    "scalar; also settable for a whole process with MINIMAKV_CPU_ISA", &isas_text);
   parser.AddBool("flush-caches", "evict the KV from the CPU caches before each timed step (a real decode step "
