@@ -63,7 +63,11 @@ CpuKernelFamily EnvironmentFamily() {
 // (BF16 3, 5, 7) takes the neighbour that keeps the previous family. One override: FP8 at the Qwen3.6-27B shape
 // (rows 6, d 256) runs AVX-512 although the A/B above favours AMX, because `minimakv bench --shape qwen3.6-27b
 // --context 16384 --isa amx,avx512 --paths fp8` measured AMX 5-50% slower in all of its 8 runs (1 and 2
-// threads, 18:49-18:56 UTC); the harness/bench disagreement is open (docs/BENCHMARKS.md section 3). Decode rows
+// threads, 18:49-18:56 UTC). On the quiet machine (load 0.7-1.5, 19:23-19:31 UTC) the same command with
+// `--paths fp8` had AMX faster (3874 / 3472 / 4407 us against 4339 / 4097 / 4473), but all four paths
+// interleaved (`--isa auto,avx512`, the Minima-like setting) had AMX FP8 slower again in 4 of 4 runs (5304 /
+// 5728 / 5844 / 5578 against 4760 / 5209 / 5357 / 5473 us); the override stays, the cause is open
+// (docs/BENCHMARKS.md section 3). Decode rows
 // = the GQA group: Llama-3-8B (group 4, d 128) runs AVX-512 BF16 and AMX FP8 / TQ3 as before, Qwen3.6-27B
 // AVX-512 BF16 and FP8, AMX TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
 // AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX.
