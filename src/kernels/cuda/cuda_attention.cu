@@ -1058,40 +1058,6 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   }
 }
 
-// Copies of one TQ3 tile (16 tokens starting at the page-section row head_token = kv_head * page_tokens + tok0):
-// K codes, V codes, K scales, V scales, byte-for-byte into the stage. The whole warp, no loop.
-template <int kHeadDim>
-__device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int head_token, int v_codes_section,
-                                    int scales_section, int v_scales_section, int lane) {
-  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
-  constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
-  // One 64-bit source address per run and one shared address per lane; the chunk offsets are immediates of the
-  // copy instructions (v8: ~20 integer ops per tile less than 64-bit address arithmetic per chunk).
-  const uint8_t* k_lane = page + head_token * L::kCodeBytes + 16 * lane;
-  const uint8_t* v_lane = k_lane + v_codes_section;
-  const uint32_t dst_lane = uint32_t(__cvta_generic_to_shared(stage)) + 16 * lane;
-  constexpr int kRound = 16 * kWarpSize;  // bytes one round of the warp copies
-  CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
-  CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
-  if (kCodeChunks >= 2 * kWarpSize || (kCodeChunks > kWarpSize && lane + kWarpSize < kCodeChunks)) {
-    CpAsync16Imm<L::kKOffset + kRound, kRound>(dst_lane, k_lane);
-    CpAsync16Imm<L::kVOffset + kRound, kRound>(dst_lane, v_lane);
-  }
-  if (kCodeChunks >= 3 * kWarpSize || (kCodeChunks > 2 * kWarpSize && lane + 2 * kWarpSize < kCodeChunks)) {
-    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(dst_lane, k_lane);
-    CpAsync16Imm<L::kVOffset + 2 * kRound, 2 * kRound>(dst_lane, v_lane);
-  }
-  static_assert(kCodeChunks >= kWarpSize && kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
-  static_assert(L::kScaleBytes == 2, "TQ3 scales are fp16");
-  // 16 fp16 scales = two 16-byte chunks per run: lanes 0-1 K scales, lanes 2-3 V scales.
-  if (lane < 4) {
-    const int part = lane & 1;
-    const bool is_v = lane >= 2;
-    CpAsync16(stage + (is_v ? L::kVScaleOffset : L::kKScaleOffset) + 16 * part,
-              page + scales_section + (is_v ? v_scales_section : 0) + head_token * L::kScaleBytes + 16 * part);
-  }
-}
-
 // The code runs of one TQ3 tile with the addresses precomputed per lane (dst_lane = stage + 16 lane, k_lane / v_lane
 // = the runs' sources + 16 lane): one to three rounds of 16-byte copies per run; the scales are copied by the caller.
 template <int kHeadDim>
@@ -1109,6 +1075,27 @@ __device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane
   if (kCodeChunks >= 3 * kWarpSize || (kCodeChunks > 2 * kWarpSize && lane + 2 * kWarpSize < kCodeChunks)) {
     CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(dst_lane, k_lane);
     CpAsync16Imm<L::kVOffset + 2 * kRound, 2 * kRound>(dst_lane, v_lane);
+  }
+}
+
+// Copies of one TQ3 tile (16 tokens starting at the page-section row head_token = kv_head * page_tokens + tok0):
+// K codes, V codes, K scales, V scales, byte-for-byte into the stage. The whole warp, no loop.
+template <int kHeadDim>
+__device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int head_token, int v_codes_section,
+                                    int scales_section, int v_scales_section, int lane) {
+  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
+  // One 64-bit source address per run and one shared address per lane; the chunk offsets are immediates of the
+  // copy instructions (v8: ~20 integer ops per tile less than 64-bit address arithmetic per chunk).
+  const uint8_t* k_lane = page + head_token * L::kCodeBytes + 16 * lane;
+  IssueTq3TileLane<kHeadDim>(uint32_t(__cvta_generic_to_shared(stage)) + 16 * lane, k_lane, k_lane + v_codes_section,
+                             lane);
+  static_assert(L::kScaleBytes == 2, "TQ3 scales are fp16");
+  // 16 fp16 scales = two 16-byte chunks per run: lanes 0-1 K scales, lanes 2-3 V scales.
+  if (lane < 4) {
+    const int part = lane & 1;
+    const bool is_v = lane >= 2;
+    CpAsync16(stage + (is_v ? L::kVScaleOffset : L::kKScaleOffset) + 16 * part,
+              page + scales_section + (is_v ? v_scales_section : 0) + head_token * L::kScaleBytes + 16 * part);
   }
 }
 
