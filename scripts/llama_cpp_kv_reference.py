@@ -11,8 +11,8 @@ answers), q8_0 and q4_0; flash attention on (llama.cpp needs it for a quantized 
         bytes of that sequence are re-encoded into each KV type (q8_0 / q4_0 exactly as ggml's reference
         quantizers write them) and loaded into a context of that type, which then evaluates the last prompt token
         and decodes. This is minimakv's order (prefill on full-precision K/V, then the cache is quantized), and
-        it makes the q8_0 / q4_0 rows at 8K possible: llama.cpp's CPU flash attention dequantizes a quantized V
-        row per (query, key), so its own 8K prefill with q4_0 runs over an hour on 2 cores.
+        it makes the q8_0 / q4_0 rows at 8K cheap: llama.cpp's CPU flash attention dequantizes a quantized V row
+        per (query, key), so its own 8K prefill with q4_0 costs about twice the f16 one (3-4 min on 2 idle cores).
 
 Prints one JSON object per line: {"kind": "kld", ...} and {"kind": "niah", ...}.
 Usage: python3 scripts/llama_cpp_kv_reference.py MODEL.gguf [--windows 3 --window 8192] [--cases FILE]
