@@ -48,14 +48,8 @@ fi
 if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the partial kernel of format 2 (0 bf16, 1 fp8, 2 tq3)
   read -r p_shape p_ctx p_batch p_fmt <<< "$PROFILE"
   echo "== ncu $PROFILE ($(date -u +%H:%M:%S))"
-  kernel_regex="DecodePartialKernelILNS_8KvFormatE${p_fmt}E"
-  # TQ3 (v6+) and FP8 (v8) run the transposed kernel
-  [[ $p_fmt != 0 ]] && kernel_regex="DecodePartialTransposedKernelILNS_8KvFormatE${p_fmt}E"
-  timeout "${PROFILE_TIMEOUT_S:-120}" ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$kernel_regex" \
-    --launch-skip 3 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
-    --section Occupancy --section ComputeWorkloadAnalysis --section InstructionStats \
-    "$BENCH" --only $p_shape $p_ctx $p_batch --runs 5 > "$OUT_DIR/ncu.txt" 2>&1
-  grep -E "Duration|Throughput|Issue Slots|Issued Ipc|Eligible|Active Warps|Theoretical Occ|Achieved Occ|Stall|No Eligible|Registers|cycles being stalled|Pipe" "$OUT_DIR/ncu.txt" | head -40
+  # summary sections, raw stall / pipe metrics, SM-to-SM spread of active cycles (bench/cuda/ncu_profile.sh)
+  "$ROOT/bench/cuda/ncu_profile.sh" "$BENCH" "$OUT_DIR/ncu" "$p_shape" "$p_ctx" "$p_batch" "$p_fmt"
 fi
 echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped})"
 if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then

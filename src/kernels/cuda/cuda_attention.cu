@@ -102,6 +102,16 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D256
 #define MINIMAKV_TQ3_PAIR_STAGES_D256 3
 #endif
+// v12: pipelined TQ3 pair tiles with separate K and V rings per warp (MINIMAKV_TQ3_SPLIT_RINGS_D256 / _D128): a
+// unit's K rows are dead after its scores, its V rows after the next iteration's values, so the K ring needs one
+// slot less than the V ring (d = 256: 2 + 3 slots of 3.1 KB per warp instead of 3 stages of 6.3 KB; 71 KB per CTA,
+// so 3 CTAs per SM fit and __launch_bounds__ caps the registers at 168).
+#ifndef MINIMAKV_TQ3_SPLIT_RINGS_D256
+#define MINIMAKV_TQ3_SPLIT_RINGS_D256 0
+#endif
+#ifndef MINIMAKV_TQ3_SPLIT_RINGS_D128
+#define MINIMAKV_TQ3_SPLIT_RINGS_D128 0
+#endif
 #ifndef MINIMAKV_MERGE_ROW
 #define MINIMAKV_MERGE_ROW 1
 #endif
@@ -136,6 +146,8 @@ constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
 constexpr int kTq3SubTilesD256 = MINIMAKV_TQ3_PAIR_D256 != 0 ? 2 : 1;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
+constexpr bool kTq3SplitRingsD256 = MINIMAKV_TQ3_SPLIT_RINGS_D256 != 0;
+constexpr bool kTq3SplitRingsD128 = MINIMAKV_TQ3_SPLIT_RINGS_D128 != 0;
 constexpr float kLazyMaxMargin = 1.0f;  // log2 units: probabilities up to 2 (fp16 P^T up to 2^15, see the kernel)
 
 Status CudaError(cudaError_t error, const char* what) {
@@ -405,9 +417,29 @@ struct TileLayout {
                                  : kSubTiles == 2     ? (kHeadDim == 256 ? kTq3PairStagesD256 : kTq3PairStagesD128)
                                  : kHeadDim == 256    ? kTq3StagesD256
                                                       : 4;
+  // Slots of the transposed kernel: K rows + K scales in K slots, V rows + V scales in V slots. Without split rings
+  // a K slot and a V slot of the same index are the two halves of one stage (kStageBytes apart per index); with
+  // them (v12, pipelined TQ3 pairs) the warp's kKSlots K slots come first, then its kVSlots V slots.
+  static constexpr bool kSplitRings = kFormat == KvFormat::kTq3 && kSubTiles == 2 && kTq3Pipeline &&
+                                      (kHeadDim == 256 ? kTq3SplitRingsD256 : kTq3SplitRingsD128);
+  static_assert(!kSplitRings || kStages >= 3, "split rings: one K slot less than V slots, at least two");
+  static constexpr int kKSlots = kSplitRings ? kStages - 1 : kStages;
+  static constexpr int kVSlots = kStages;
+  static constexpr int kKRowsBytes = kSubTiles * kTile * kKStride;
+  static constexpr int kVRowsBytes = kSubTiles * kTile * kVStride;
+  static constexpr int kKSlotBytes = kSplitRings ? kKRowsBytes + 64 : kStageBytes;
+  static constexpr int kVSlotBytes = kSplitRings ? kVRowsBytes + 64 : kStageBytes;
+  static constexpr int kKSlotScaleOffset = kSplitRings ? kKRowsBytes : kKScaleOffset;
+  static constexpr int kVRingOffset = kSplitRings ? kKSlots * kKSlotBytes : kVOffset;  // V slot 0 in the warp's area
+  static constexpr int kVSlotScaleOffset = kSplitRings ? kVRowsBytes : kVScaleOffset - kVOffset;
+  static constexpr int kWarpStagesBytes = kSplitRings ? kKSlots * kKSlotBytes + kVSlots * kVSlotBytes
+                                                      : kStages * kStageBytes;
+  static_assert(kKSlotScaleOffset + 64 <= kKSlotBytes &&
+                    kVRingOffset + (kVSlots - 1) * kVSlotBytes + kVSlotScaleOffset + 64 <= kWarpStagesBytes,
+                "the last K and V slots' scale runs end inside the warp's area");
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (kHeadDim + 2) * 4;
-  static constexpr int kStagesBytes = kDecodeWarps * kStages * kStageBytes;
+  static constexpr int kStagesBytes = kDecodeWarps * kWarpStagesBytes;
   static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
   // 64 output accumulators need the registers; kTq3CtasD256 for TQ3, whose staged tiles are small) and 4 for
@@ -1058,23 +1090,25 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   }
 }
 
-// The code runs of one TQ3 tile with the addresses precomputed per lane (dst_lane = stage + 16 lane, k_lane / v_lane
-// = the runs' sources + 16 lane): one to three rounds of 16-byte copies per run; the scales are copied by the caller.
-template <int kHeadDim>
-__device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane, const uint8_t* v_lane, int lane) {
+// The code runs of one TQ3 tile with the addresses precomputed per lane (k_dst_lane = K rows + 16 lane, v_dst_lane +
+// kVDstOffset = V rows + 16 lane, k_lane / v_lane = the runs' sources + 16 lane): one to three rounds of 16-byte
+// copies per run; the scales are copied by the caller. (One stage: v_dst_lane = k_dst_lane, kVDstOffset = kVOffset.)
+template <int kHeadDim, int kVDstOffset>
+__device__ inline void IssueTq3TileLane(uint32_t k_dst_lane, uint32_t v_dst_lane, const uint8_t* k_lane,
+                                        const uint8_t* v_lane, int lane) {
   using L = TileLayout<KvFormat::kTq3, kHeadDim>;
   constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
   constexpr int kRound = 16 * kWarpSize;
   static_assert(kCodeChunks >= kWarpSize && kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
-  CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
-  CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
+  CpAsync16Imm<L::kKOffset, 0>(k_dst_lane, k_lane);
+  CpAsync16Imm<kVDstOffset, 0>(v_dst_lane, v_lane);
   if (kCodeChunks >= 2 * kWarpSize || (kCodeChunks > kWarpSize && lane + kWarpSize < kCodeChunks)) {
-    CpAsync16Imm<L::kKOffset + kRound, kRound>(dst_lane, k_lane);
-    CpAsync16Imm<L::kVOffset + kRound, kRound>(dst_lane, v_lane);
+    CpAsync16Imm<L::kKOffset + kRound, kRound>(k_dst_lane, k_lane);
+    CpAsync16Imm<kVDstOffset + kRound, kRound>(v_dst_lane, v_lane);
   }
   if (kCodeChunks >= 3 * kWarpSize || (kCodeChunks > 2 * kWarpSize && lane + 2 * kWarpSize < kCodeChunks)) {
-    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(dst_lane, k_lane);
-    CpAsync16Imm<L::kVOffset + 2 * kRound, 2 * kRound>(dst_lane, v_lane);
+    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(k_dst_lane, k_lane);
+    CpAsync16Imm<kVDstOffset + 2 * kRound, 2 * kRound>(v_dst_lane, v_lane);
   }
 }
 
@@ -1087,8 +1121,8 @@ __device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int hea
   // One 64-bit source address per run and one shared address per lane; the chunk offsets are immediates of the
   // copy instructions (v8: ~20 integer ops per tile less than 64-bit address arithmetic per chunk).
   const uint8_t* k_lane = page + head_token * L::kCodeBytes + 16 * lane;
-  IssueTq3TileLane<kHeadDim>(uint32_t(__cvta_generic_to_shared(stage)) + 16 * lane, k_lane, k_lane + v_codes_section,
-                             lane);
+  const uint32_t dst_lane = uint32_t(__cvta_generic_to_shared(stage)) + 16 * lane;
+  IssueTq3TileLane<kHeadDim, L::kVOffset>(dst_lane, dst_lane, k_lane, k_lane + v_codes_section, lane);
   static_assert(L::kScaleBytes == 2, "TQ3 scales are fp16");
   // 16 fp16 scales = two 16-byte chunks per run: lanes 0-1 K scales, lanes 2-3 V scales.
   if (lane < 4) {
@@ -1258,8 +1292,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int scales_section = 2 * v_codes_section;
   const int v_scales_section = vectors * 2;
   const int head_row = kv_head * page_tokens;
-  uint8_t* my_stages = stages_base + warp * L::kStages * L::kStageBytes;
+  uint8_t* my_stages = stages_base + warp * L::kWarpStagesBytes;
   const uint32_t my_stages_addr = uint32_t(__cvta_generic_to_shared(my_stages));
+  // Slot bases: K slot k at my_stages + k kKSlotBytes, V slot v at my_stages + kVRingOffset + v kVSlotBytes (one
+  // stage = K slot and V slot of the same index, see TileLayout).
+  auto k_slot = [&](int slot) { return my_stages + slot * L::kKSlotBytes; };
+  auto v_slot = [&](int slot) { return my_stages + L::kVRingOffset + slot * L::kVSlotBytes; };
 
   // A warp's tiles are warp, warp + 4, ...; tile -> (page of the item, tile in that page) by a multiply-high with
   // ceil(2^32 / tiles_per_page), exact while tile * tiles_per_page < 2^32 (tiles < 2^20, tiles_per_page <= 4096).
@@ -1275,25 +1313,39 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const bool scale_lane = lane < 4;
   const uint32_t lane_scale_src =
       uint32_t(scales_section + (lane >= 2 ? v_scales_section : 0) + head_row * L::kScaleBytes + 16 * (lane & 1));
-  const uint32_t lane_scale_dst = my_stages_addr + (lane >= 2 ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
+  const bool scale_lane_v = lane >= 2;
+  const uint32_t lane_scale_dst =
+      my_stages_addr + (scale_lane_v ? L::kVRingOffset + L::kVSlotScaleOffset : L::kKSlotScaleOffset) + 16 * (lane & 1);
   const uint32_t page_bytes32 = uint32_t(page_bytes);
-  // sub = the 16-key row block of the stage (TQ3 pair tiles: 0 or 1).
-  auto issue_tile_copies = [&](int stage, int page_id, int tile, int sub) {
+  // Copies of a tile into K slot ks and V slot vs (the same index without split rings); sub = the 16-key row
+  // block of the slots (TQ3 pair tiles: 0 or 1).
+  auto issue_tile_copies = [&](int ks, int vs, int page_id, int tile, int sub) {
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
     if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
-      const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
       const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
-      IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset + uint32_t(sub * kTile * L::kCodeBytes), k_lane,
-                                 k_lane + v_codes_section, lane);
+      const uint32_t sub_offset = uint32_t(sub * kTile * L::kCodeBytes);
+      uint32_t scale_slot_offset;
+      if constexpr (L::kSplitRings) {
+        const uint32_t k_offset = uint32_t(ks * L::kKSlotBytes);
+        const uint32_t v_offset = uint32_t(L::kVRingOffset + vs * L::kVSlotBytes);
+        IssueTq3TileLane<kHeadDim, 0>(lane_dst + k_offset + sub_offset, lane_dst + v_offset + sub_offset, k_lane,
+                                      k_lane + v_codes_section, lane);
+        scale_slot_offset = scale_lane_v ? uint32_t(vs * L::kVSlotBytes) : k_offset;
+      } else {
+        const uint32_t stage_offset = uint32_t(ks * L::kStageBytes);
+        const uint32_t dst = lane_dst + stage_offset + sub_offset;
+        IssueTq3TileLane<kHeadDim, L::kVOffset>(dst, dst, k_lane, k_lane + v_codes_section, lane);
+        scale_slot_offset = stage_offset;
+      }
       if (scale_lane) {
-        CpAsync16(lane_scale_dst + stage_offset + uint32_t(sub * kTile * L::kScaleBytes),
+        CpAsync16(lane_scale_dst + scale_slot_offset + uint32_t(sub * kTile * L::kScaleBytes),
                   page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
       }
     } else {
-      static_assert(kSub == 1, "pair tiles need the lane copies (MINIMAKV_TQ3_LANE_COPY)");
+      static_assert(kSub == 1 && !L::kSplitRings, "pair tiles need the lane copies (MINIMAKV_TQ3_LANE_COPY)");
       const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
-      IssueTransposedTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0,
+      IssueTransposedTile<kFormat, kHeadDim>(my_stages + ks * L::kStageBytes, page, p.layout, kv_head, tok0,
                                              head_row, v_codes_section, scales_section, v_scales_section, lane);
     }
   };
@@ -1314,18 +1366,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       }
     }
   };
-  auto issue_unit = [&](int stage, const int (&ids)[kSub], int unit) {
+  auto issue_unit = [&](int ks, int vs, const int (&ids)[kSub], int unit) {
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
       const int tile = unit * kSub + sub;
-      if (tile < num_tiles) issue_tile_copies(stage, ids[sub], tile, sub);
+      if (tile < num_tiles) issue_tile_copies(ks, vs, ids[sub], tile, sub);
     }
   };
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
     int ids[kSub];
     unit_page_ids(issue_tile, ids);
-    issue_unit(s, ids, issue_tile);
+    issue_unit(s, s, ids, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
@@ -1359,18 +1411,23 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
   int next_page_id[kSub];
   unit_page_ids(issue_tile, next_page_id);
-  int read_stage = 0;
-  int write_stage = L::kStages - 1;
-  auto issue_next = [&]() {  // unit issue_tile into write_stage (the stage of this warp's previous unit)
-    issue_unit(write_stage, next_page_id, issue_tile);
+  // Ring positions: read_k / read_v = the slots of the unit to compute, write_k / write_v = those of the next copy
+  // (without split rings the K and V positions are equal and the compiler keeps one counter).
+  int read_k = 0;
+  int read_v = 0;
+  int write_k = (L::kStages - 1) % L::kKSlots;
+  int write_v = L::kStages - 1;
+  auto issue_next = [&]() {  // unit issue_tile into the slots freed by this iteration (previous unit's V, this K)
+    issue_unit(write_k, L::kSplitRings ? write_v : write_k, next_page_id, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
     unit_page_ids(issue_tile, next_page_id);
-    write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
+    write_k = write_k + 1 == L::kKSlots ? 0 : write_k + 1;
+    if constexpr (L::kSplitRings) write_v = write_v + 1 == L::kVSlots ? 0 : write_v + 1;
   };
   // Pipelined: the previous tile's stage, valid keys and P^T fragments. The first iteration's value phase reads the
   // current (loaded) stage with zero probabilities: it adds exact zeros (expanded codes are finite).
-  int prev_stage = 0;
+  int prev_v = 0;
   int prev_valid[kSub];
   uint32_t prev_pb0[kSub];
   uint32_t prev_pb1[kSub];
@@ -1386,9 +1443,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     // previous iteration), so kStages - 2 groups may stay pending.
     CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
     __syncwarp();
-    const int cur_stage = read_stage;
-    const uint8_t* stage = my_stages + read_stage * L::kStageBytes;
-    read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
+    const int cur_v = L::kSplitRings ? read_v : read_k;
+    const uint8_t* k_stage = k_slot(read_k);
+    const uint8_t* v_stage = v_slot(cur_v);
+    read_k = read_k + 1 == L::kKSlots ? 0 : read_k + 1;
+    if constexpr (L::kSplitRings) read_v = read_v + 1 == L::kVSlots ? 0 : read_v + 1;
 
     // sc[sub][kk][hh]: key (kk ? 8 + g : g) of row block sub, head 2t + hh.
     float sc[kSub][2][2];
@@ -1402,7 +1461,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       const int tile = unit * kSub + sub;
       valid[sub] = kSub == 1 ? (tile == num_tiles - 1 ? last_tile_valid : kTile)
                              : (tile < num_tiles - 1 ? kTile : tile == num_tiles - 1 ? last_tile_valid : 0);
-      const uint8_t* block_stage = stage + sub * kTile * L::kKStride;  // row block sub's K rows
+      const uint8_t* block_stage = k_stage + sub * kTile * L::kKStride;  // row block sub's K rows
 
       // ---- scores S^T: rows = keys g (a) and 8 + g (b), masked keys read the last valid one; columns = heads.
       float acc[kChains][4];
@@ -1467,9 +1526,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         }
       }
       if constexpr (kPipeline) {  // the previous unit's values of block sub (independent of this unit's scores)
-        TransposedValueTile<kFormat, kHeadDim>(
-            my_stages + prev_stage * L::kStageBytes + L::kVOffset + sub * kTile * L::kVStride, prev_valid[sub], g,
-            t, tab, prev_pb0[sub], prev_pb1[sub], o_acc);
+        TransposedValueTile<kFormat, kHeadDim>(v_slot(prev_v) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
+                                               tab, prev_pb0[sub], prev_pb1[sub], o_acc);
       }
       sc[sub][0][0] = sc[sub][0][1] = sc[sub][1][0] = sc[sub][1][1] = 0.0f;
       if constexpr (kImma) {
@@ -1495,17 +1553,17 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       key_valid[sub][1] = 8 + g < valid[sub];
       float k_scale[2];
       if constexpr (kImma) {
-        const __half* k_scales = reinterpret_cast<const __half*>(stage + L::kKScaleOffset) + sub * kTile;
-        const __half* v_scales = reinterpret_cast<const __half*>(stage + L::kVScaleOffset) + sub * kTile;
+        const __half* k_scales = reinterpret_cast<const __half*>(k_stage + L::kKSlotScaleOffset) + sub * kTile;
+        const __half* v_scales = reinterpret_cast<const __half*>(v_stage + L::kVSlotScaleOffset) + sub * kTile;
         k_scale[0] = __half2float(k_scales[key_a]);
         k_scale[1] = __half2float(k_scales[key_b]);
         v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;  // unused slot: maybe NaN
         v_scale[sub][1] = key_valid[sub][1] ? __half2float(v_scales[key_b]) : 0.0f;
       } else {
-        k_scale[0] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_a);
-        k_scale[1] = StagedScale<kFormat>(stage + L::kKScaleOffset, key_b);
-        v_scale[sub][0] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_a);
-        v_scale[sub][1] = StagedScale<kFormat>(stage + L::kVScaleOffset, key_b);
+        k_scale[0] = StagedScale<kFormat>(k_stage + L::kKSlotScaleOffset, key_a);
+        k_scale[1] = StagedScale<kFormat>(k_stage + L::kKSlotScaleOffset, key_b);
+        v_scale[sub][0] = StagedScale<kFormat>(v_stage + L::kVSlotScaleOffset, key_a);
+        v_scale[sub][1] = StagedScale<kFormat>(v_stage + L::kVSlotScaleOffset, key_b);
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -1611,12 +1669,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if constexpr (!kPipeline) {
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim>(stage + L::kVOffset + sub * kTile * L::kVStride, valid[sub], g, t,
-                                               tab, pb0[sub], pb1[sub], o_acc);
+        TransposedValueTile<kFormat, kHeadDim>(v_stage + sub * kTile * L::kVStride, valid[sub], g, t, tab, pb0[sub],
+                                               pb1[sub], o_acc);
       }
       __syncwarp();  // this stage is refilled by a later iteration's copies
     } else {
-      prev_stage = cur_stage;
+      prev_v = cur_v;
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
         prev_valid[sub] = valid[sub];
@@ -1631,9 +1689,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if (warp < num_units) {  // the last unit's values
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim>(
-            my_stages + prev_stage * L::kStageBytes + L::kVOffset + sub * kTile * L::kVStride, prev_valid[sub], g,
-            t, tab, prev_pb0[sub], prev_pb1[sub], o_acc);
+        TransposedValueTile<kFormat, kHeadDim>(v_slot(prev_v) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
+                                               tab, prev_pb0[sub], prev_pb1[sub], o_acc);
       }
     }
   }
