@@ -5,7 +5,9 @@
 #  1. the summary sections (speed of light, scheduler, warp state, occupancy, compute workload, instructions);
 #  2. the raw metrics of the warp-state and compute-workload sections: stall reasons per issued instruction and
 #     the pipe utilizations (which the section bodies of pass 1 do not print);
-#  3. sm__cycles_active min / avg / max over the SMs: how unevenly the SMs finish (the tail of the one wave).
+#  3. sm__cycles_active min / avg / max over the SMs: how unevenly the SMs finish (the tail of the one wave);
+#  4. (only when PROFILE_PASSES names it) per-instruction warp-stall samples of the SASS (source counters):
+#     OUT_PREFIX-source.csv and the 40 instructions with the most samples.
 # Writes OUT_PREFIX.txt, OUT_PREFIX-raw.txt, OUT_PREFIX-spread.txt and prints the lines that matter.
 # PROFILE_PASSES (default 123) picks the passes.
 set -uo pipefail
@@ -34,4 +36,10 @@ timeout "$limit" ncu "${common[@]}" \
   --metrics sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,sm__warps_active.avg.per_cycle_active,gpc__cycles_elapsed.max \
   "$bench" "${run_args[@]}" > "$out-spread.txt" 2>&1
 grep -E "sm__|gpc__" "$out-spread.txt" | head -8
+fi
+if [[ $passes == *4* ]]; then
+timeout "$limit" ncu "${common[@]}" --section SourceCounters --section WarpStateStats -f -o "$out-src" \
+  "$bench" "${run_args[@]}" > "$out-src.log" 2>&1
+ncu -i "$out-src.ncu-rep" --page source --print-source sass --csv > "$out-source.csv" 2> "$out-source.err"
+head -c 600 "$out-source.err"; head -2 "$out-source.csv" | cut -c1-400
 fi
