@@ -112,6 +112,19 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_SPLIT_RINGS_D128
 #define MINIMAKV_TQ3_SPLIT_RINGS_D128 0
 #endif
+// v12: TQ3 pair units whose two tiles lie in one page at the same position for every unit of a warp (tiles per page
+// 2, 4 or 8: pages of 32, 64 or 128 tokens) are copied as four contiguous runs from per-lane offsets computed once
+// (MINIMAKV_TQ3_REGULAR_COPY; 0 = v11's per-tile copies: page position, tok0 and two runs per tile, ~120 warp
+// instructions and 19% of the stall samples per 32-key unit at Qwen 64K b8, ncu source counters, docs/cuda-notes.md).
+#ifndef MINIMAKV_TQ3_REGULAR_COPY
+#define MINIMAKV_TQ3_REGULAR_COPY 1
+#endif
+// v12: the transposed kernel's combine area with padded rows (one word per 32 dims, row stride = kHeadDim / 64 mod
+// 16 words), so that the 32 lanes' output stores of one m-tile fall in 32 banks (v11: all in one bank, 32-way
+// conflicts: ~3% of the stall samples at Qwen 64K b8), and the warps' weights once per head instead of per element.
+#ifndef MINIMAKV_COMBINE_PADDED
+#define MINIMAKV_COMBINE_PADDED 1
+#endif
 #ifndef MINIMAKV_MERGE_ROW
 #define MINIMAKV_MERGE_ROW 1
 #endif
@@ -148,6 +161,20 @@ constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
 constexpr bool kTq3SplitRingsD256 = MINIMAKV_TQ3_SPLIT_RINGS_D256 != 0;
 constexpr bool kTq3SplitRingsD128 = MINIMAKV_TQ3_SPLIT_RINGS_D128 != 0;
+constexpr bool kTq3RegularCopy = MINIMAKV_TQ3_REGULAR_COPY != 0;
+constexpr bool kCombinePadded = MINIMAKV_COMBINE_PADDED != 0;
+// Combine area of the transposed kernel: [warp][head] rows of kCombineRow words, dim d at d + d / 32 (padded) or d.
+template <int kHeadDim>
+__host__ __device__ constexpr int CombineRowWords() {
+  if (!kCombinePadded) return kHeadDim;
+  int row = kHeadDim + kHeadDim / 32;  // one pad word per 32 dims: a thread's 32-dim group g lands g banks apart
+  while (row % 16 != (kHeadDim / 64) % 16) ++row;  // heads 2t: 2t * row = 8t (d 256) / 4t (d 128) banks apart
+  return row;
+}
+template <int kHeadDim>
+__host__ __device__ constexpr int CombineIndex(int head, int dim) {
+  return head * CombineRowWords<kHeadDim>() + dim + (kCombinePadded ? dim / 32 : 0);
+}
 constexpr float kLazyMaxMargin = 1.0f;  // log2 units: probabilities up to 2 (fp16 P^T up to 2^15, see the kernel)
 
 Status CudaError(cudaError_t error, const char* what) {
@@ -438,7 +465,7 @@ struct TileLayout {
                     kVRingOffset + (kVSlots - 1) * kVSlotBytes + kVSlotScaleOffset + 64 <= kWarpStagesBytes,
                 "the last K and V slots' scale runs end inside the warp's area");
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
-  static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (kHeadDim + 2) * 4;
+  static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (CombineRowWords<kHeadDim>() + 2) * 4;
   static constexpr int kStagesBytes = kDecodeWarps * kWarpStagesBytes;
   static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
@@ -512,34 +539,43 @@ __device__ inline float StagedScale(const uint8_t* scales, int token) {
   }
 }
 
-// The CTA's 4 warp states (staged in shared memory: out [warps][kMaxGroup][kHeadDim], running max and sum
-// [warps][kMaxGroup]) merged into one partial state per query head of the group (FlashDecoding-style).
-template <int kHeadDim>
+// The CTA's 4 warp states (staged in shared memory: out [warps][kMaxGroup] rows of kRowWords (dim d at
+// d + d / 32 with kPadded, else d), running max and sum [warps][kMaxGroup]) merged into one partial state per query
+// head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
+template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false>
 __device__ inline void WritePartialStates(const DecodeParams& p, int kv_head, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(kv_head) * p.group;
-  for (int e = threadIdx.x; e < p.group * kHeadDim; e += kDecodeThreads) {
-    const int h = e / kHeadDim;
-    const int dim = e % kHeadDim;
+  for (int h = 0; h < p.group; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kMaxGroup + h]);
-    float out = 0.0f;
+    float weight[kDecodeWarps];
     float lse = -INFINITY;
     if (max_all != -INFINITY) {
       float sum = 0.0f;
-      float acc = 0.0f;
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        const float weight = exp2f(warp_max[w * kMaxGroup + h] - max_all);
-        sum += warp_sum[w * kMaxGroup + h] * weight;
-        acc += warp_out[(w * kMaxGroup + h) * kHeadDim + dim] * weight;
+        weight[w] = exp2f(warp_max[w * kMaxGroup + h] - max_all);
+        sum += warp_sum[w * kMaxGroup + h] * weight[w];
       }
-      out = acc / sum;
+      const float inv_sum = 1.0f / sum;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) weight[w] *= inv_sum;
       lse = max_all + log2f(sum);
+    } else {
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) weight[w] = 0.0f;
     }
-    p.part_out[(state_base + h) * kHeadDim + dim] = out;
-    if (dim == 0) p.part_lse[state_base + h] = lse;
+    for (int dim = threadIdx.x; dim < kHeadDim; dim += kDecodeThreads) {
+      float out = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        out += warp_out[(w * kMaxGroup + h) * kRowWords + dim + (kPadded ? dim / 32 : 0)] * weight[w];
+      }
+      p.part_out[(state_base + h) * kHeadDim + dim] = out;
+    }
+    if (threadIdx.x == 0) p.part_lse[state_base + h] = lse;
   }
 }
 
@@ -1112,6 +1148,17 @@ __device__ inline void IssueTq3TileLane(uint32_t k_dst_lane, uint32_t v_dst_lane
   }
 }
 
+// One lane's share of a contiguous run of kChunks 16-byte chunks (chunks lane, lane + 32, ...; kChunks a multiple of
+// 32): dst_lane + kDstOffset / src_lane = the run's first chunk + 16 lane, the round offsets are immediates.
+template <int kChunks, int kDstOffset, int kRound = 0>
+__device__ inline void CopyRunLane(uint32_t dst_lane, const uint8_t* src_lane) {
+  static_assert(kChunks % kWarpSize == 0, "whole rounds of the warp");
+  if constexpr (kRound < kChunks / kWarpSize) {
+    CpAsync16Imm<kDstOffset + kRound * 16 * kWarpSize, kRound * 16 * kWarpSize>(dst_lane, src_lane);
+    CopyRunLane<kChunks, kDstOffset, kRound + 1>(dst_lane, src_lane);
+  }
+}
+
 // Copies of one TQ3 tile (16 tokens starting at the page-section row head_token = kv_head * page_tokens + tok0):
 // K codes, V codes, K scales, V scales, byte-for-byte into the stage. The whole warp, no loop.
 template <int kHeadDim>
@@ -1355,22 +1402,57 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int32_t* item_page_ids = p.page_ids + item.page_begin;
   // Page ids of a unit's tiles (0 past the item's last tile, not copied). With an even number of tiles per page
   // both tiles of a pair lie in one page.
+  // (ids[sub] of such a second tile is not loaded: the copy takes ids[0]. v11 copied ids[0] into ids[1] right after
+  // the load, which made the warp wait for the load there: 3.3% of the stall samples, ncu source counters.)
+  const bool pair_in_page = kSub == 2 && tiles_per_page % 2 == 0;
   auto unit_page_ids = [&](int unit, int (&ids)[kSub]) {
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
       const int tile = unit * kSub + sub;
-      if (sub > 0 && tiles_per_page % 2 == 0) {
-        ids[sub] = ids[0];
+      ids[sub] = tile < num_tiles && !(sub > 0 && pair_in_page) ? item_page_ids[page_of(tile)] : 0;
+    }
+  };
+  // v12 regular pair copies (kTq3RegularCopy): with tiles_per_page in {2, 4, 8} (dividing the 8 tiles a warp advances
+  // per unit) a warp's unit u = warp + 4 j starts at tile 2 warp mod tiles_per_page of its page in every iteration,
+  // and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows (kUnitChunks
+  // 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
+  // computed here once; a unit's copies cost one page base and a few adds.
+  const bool regular_units = kTq3RegularCopy && kFormat == KvFormat::kTq3 && kTq3LaneCopy && pair_in_page &&
+                             (kSub * kDecodeWarps) % tiles_per_page == 0;
+  constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
+  const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
+  const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
+  const bool unit_scale_lane = lane < 8;
+  const uint32_t unit_scale_src = uint32_t(scales_section + (lane >= 4 ? v_scales_section : 0) +
+                                           (head_row + warp_tok0) * L::kScaleBytes + 16 * (lane & 3));
+  const uint32_t unit_scale_dst = my_stages_addr + 16 * (lane & 3) +
+                                  uint32_t(lane >= 4 ? L::kVRingOffset + L::kVSlotScaleOffset : L::kKSlotScaleOffset);
+  auto issue_regular_unit = [&](int ks, int vs, int page_id) {
+    const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
+    const uint8_t* k_src = page32 + unit_k_src;
+    const uint32_t k_offset = uint32_t(ks * L::kKSlotBytes);
+    if constexpr (kSub == 2) {  // (kUnitChunks is a multiple of 32 only for pairs)
+      CopyRunLane<kUnitChunks, 0>(lane_dst + k_offset, k_src);
+      if constexpr (L::kSplitRings) {
+        CopyRunLane<kUnitChunks, L::kVRingOffset>(lane_dst + uint32_t(vs * L::kVSlotBytes), k_src + v_codes_section);
       } else {
-        ids[sub] = tile < num_tiles ? item_page_ids[page_of(tile)] : 0;
+        CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + k_offset, k_src + v_codes_section);
       }
+    }
+    if (unit_scale_lane) {
+      const uint32_t v_offset = L::kSplitRings ? uint32_t(vs * L::kVSlotBytes) : k_offset;
+      CpAsync16(unit_scale_dst + (lane >= 4 ? v_offset : k_offset), page32 + unit_scale_src);
     }
   };
   auto issue_unit = [&](int ks, int vs, const int (&ids)[kSub], int unit) {
+    if (regular_units && unit * kSub + kSub - 1 < num_tiles) {  // warp-uniform
+      issue_regular_unit(ks, vs, ids[0]);
+      return;
+    }
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
       const int tile = unit * kSub + sub;
-      if (tile < num_tiles) issue_tile_copies(ks, vs, ids[sub], tile, sub);
+      if (tile < num_tiles) issue_tile_copies(ks, vs, sub > 0 && pair_in_page ? ids[0] : ids[sub], tile, sub);
     }
   };
 #pragma unroll
@@ -1698,9 +1780,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 
   // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
-  float* warp_out = reinterpret_cast<float*>(stages_base);           // [warps][kMaxGroup][kHeadDim]
-  float* warp_max = warp_out + kDecodeWarps * kMaxGroup * kHeadDim;  // [warps][kMaxGroup]
-  float* warp_sum = warp_max + kDecodeWarps * kMaxGroup;             // [warps][kMaxGroup]
+  constexpr int kRowWords = CombineRowWords<kHeadDim>();
+  float* warp_out = reinterpret_cast<float*>(stages_base);            // [warps][kMaxGroup] rows of kRowWords
+  float* warp_max = warp_out + kDecodeWarps * kMaxGroup * kRowWords;  // [warps][kMaxGroup]
+  float* warp_sum = warp_max + kDecodeWarps * kMaxGroup;              // [warps][kMaxGroup]
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
 #pragma unroll
@@ -1712,20 +1795,20 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       warp_sum[warp * kMaxGroup + 2 * t + hh] = row_sum[hh];
     }
   }
-  float* my_out = warp_out + warp * kMaxGroup * kHeadDim;
+  float* my_out = warp_out + warp * kMaxGroup * kRowWords;
   const float out_unit = kImma ? v_unit * kTq3InvUnitsPerMagnitude : v_unit;  // TQ3 V scales were taken as stored
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
     const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
-    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0] * out_unit;
-    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1] * out_unit;
-    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2] * out_unit;
-    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * out_unit;
+    my_out[CombineIndex<kHeadDim>(2 * t, dim0)] = o_acc[m][0] * out_unit;
+    my_out[CombineIndex<kHeadDim>(2 * t + 1, dim0)] = o_acc[m][1] * out_unit;
+    my_out[CombineIndex<kHeadDim>(2 * t, dim1)] = o_acc[m][2] * out_unit;
+    my_out[CombineIndex<kHeadDim>(2 * t + 1, dim1)] = o_acc[m][3] * out_unit;
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, kCombinePadded>(p, kv_head, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
