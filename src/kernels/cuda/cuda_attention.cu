@@ -125,6 +125,18 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_COMBINE_PADDED
 #define MINIMAKV_COMBINE_PADDED 1
 #endif
+// v12: the TQ3 partial kernel rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly,
+// 1 / sqrt(d), the same operations in the same order as RotateQueryKernel, so the rotated values are bit-identical)
+// into shared memory, and builds the digit fragments from there: the step loses the rotation kernel and the
+// kernel's wait for it, and the fragments one dependent round trip to global memory (0 = v11: RotateQueryKernel
+// first, the TQ3 kernel waits for it and reads the rotated rows from the workspace twice). Per head dim, as measured
+// (docs/cuda-notes.md v12, three same-run rounds): d = 256 mix at 64K b8 -1.6%, d = 128 mix +0.7%.
+#ifndef MINIMAKV_TQ3_FUSED_ROTATION_D256
+#define MINIMAKV_TQ3_FUSED_ROTATION_D256 1
+#endif
+#ifndef MINIMAKV_TQ3_FUSED_ROTATION_D128
+#define MINIMAKV_TQ3_FUSED_ROTATION_D128 0
+#endif
 #ifndef MINIMAKV_MERGE_ROW
 #define MINIMAKV_MERGE_ROW 1
 #endif
@@ -163,6 +175,11 @@ constexpr bool kTq3SplitRingsD256 = MINIMAKV_TQ3_SPLIT_RINGS_D256 != 0;
 constexpr bool kTq3SplitRingsD128 = MINIMAKV_TQ3_SPLIT_RINGS_D128 != 0;
 constexpr bool kTq3RegularCopy = MINIMAKV_TQ3_REGULAR_COPY != 0;
 constexpr bool kCombinePadded = MINIMAKV_COMBINE_PADDED != 0;
+constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
+constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
+__host__ __device__ constexpr bool Tq3FusedRotation(int head_dim) {
+  return head_dim == 256 ? kTq3FusedRotationD256 : kTq3FusedRotationD128;
+}
 // Combine area of the transposed kernel: [warp][head] rows of kCombineRow words, dim d at d + d / 32 (padded) or d.
 template <int kHeadDim>
 __host__ __device__ constexpr int CombineRowWords() {
@@ -412,6 +429,8 @@ struct DecodeParams {
   int num_q_heads;
   int group;               // query heads per KV head (<= 8)
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
+  CudaSignBits signs;      // TQ3 with Tq3FusedRotation(head_dim): q holds unrotated rows, rotated in the kernel
+  float inv_sqrt_dim;
 };
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
@@ -1070,17 +1089,38 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
 // Tq3Nibbles(., r) and its upper half present a key's coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
 template <int kHeadDim>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, int kv_head,
-                                              uint4* q_frag, uint2* q_frag0, float* q_amax) {
+                                              uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   auto query_row = [&](int row) {
     return p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim;
   };
+  // Row r of the group (rotated) at q_rows + r kHeadDim (Tq3FusedRotation), else in global memory.
+  auto rotated_row = [&](int row) -> const float* {
+    return Tq3FusedRotation(kHeadDim) ? q_rows + row * kHeadDim : query_row(row);
+  };
   for (int row = warp; row < kMaxGroup; row += kDecodeWarps) {
     float amax = 0.0f;
     if (row < p.group) {
       const float* q_row = query_row(row);
-      for (int i = lane; i < kHeadDim; i += kWarpSize) amax = fmaxf(amax, fabsf(q_row[i] * p.q_scale));
+      if constexpr (Tq3FusedRotation(kHeadDim)) {  // q' = H D q / sqrt(d) as RotateQueryKernel (bit-identical)
+        constexpr int kPerLane = kHeadDim / kWarpSize;
+        float v[kPerLane];
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          const int i = lane + kWarpSize * k;
+          v[k] = q_row[i] * cuda_detail::SignOf(p.signs, i);
+        }
+        cuda_detail::WarpFwht<kHeadDim>(v, lane);
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          v[k] = v[k] * p.inv_sqrt_dim;
+          q_rows[row * kHeadDim + lane + kWarpSize * k] = v[k];
+          amax = fmaxf(amax, fabsf(v[k] * p.q_scale));
+        }
+      } else {
+        for (int i = lane; i < kHeadDim; i += kWarpSize) amax = fmaxf(amax, fabsf(q_row[i] * p.q_scale));
+      }
     }
 #pragma unroll
     for (int offset = 1; offset < kWarpSize; offset *= 2) {
@@ -1097,7 +1137,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
     const int tt = ln & 3;
     const int block = kstep / 4;
     const int r = kstep % 4;
-    const float* q_row = row < p.group ? query_row(row) : nullptr;
+    const float* q_row = row < p.group ? rotated_row(row) : nullptr;
     const float amax = q_amax[row];
     const float to_fixed = amax > 0.0f ? float(kTq3QueryFixedMax) / amax : 0.0f;
     uint32_t d2[2] = {0u, 0u};
@@ -1326,6 +1366,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr bool kLazyMax = kFormat == KvFormat::kTq3 && kTq3LazyMax;
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kMaxGroup];
+  __shared__ float q_rows[kImma && Tq3FusedRotation(kHeadDim) ? kMaxGroup * kHeadDim : 1];  // the group's rotated query
   if (kImma && threadIdx.x < kWarpSize) shared_digits[threadIdx.x] = MakeTq3DigitTables();
 
   const int page_tokens = p.layout.page_tokens;
@@ -1463,9 +1504,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
-  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
+  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // v11: the rotated query (fused: a no-op)
   if constexpr (kImma) {
-    BuildTq3DigitFragments<kHeadDim>(p, item, kv_head, q_frag, q_frag0, q_amax);
+    BuildTq3DigitFragments<kHeadDim>(p, item, kv_head, q_frag, q_frag0, q_amax, q_rows);
   } else {
     BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
   }
@@ -1491,8 +1532,21 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
 
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
+  // Regular units: the page index of a warp's next unit advances by a constant (kSub * kDecodeWarps / tiles_per_page
+  // pages per iteration), so the prefetch is one guarded load (v12; else page_of with a multiply-high per tile).
+  const int page_step = regular_units ? kSub * kDecodeWarps / tiles_per_page : 0;
+  int next_page_index = regular_units ? kSub * issue_tile / tiles_per_page : 0;
+  auto prefetch_page_ids = [&](int unit, int (&ids)[kSub]) {
+    if (regular_units) {  // warp-uniform
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) ids[sub] = 0;  // (a unit's tiles share one page)
+      if (kSub * unit < num_tiles) ids[0] = item_page_ids[next_page_index];
+    } else {
+      unit_page_ids(unit, ids);
+    }
+  };
   int next_page_id[kSub];
-  unit_page_ids(issue_tile, next_page_id);
+  prefetch_page_ids(issue_tile, next_page_id);
   // Ring positions: read_k / read_v = the slots of the unit to compute, write_k / write_v = those of the next copy
   // (without split rings the K and V positions are equal and the compiler keeps one counter).
   int read_k = 0;
@@ -1503,7 +1557,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     issue_unit(write_k, L::kSplitRings ? write_v : write_k, next_page_id, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
-    unit_page_ids(issue_tile, next_page_id);
+    next_page_index += page_step;
+    prefetch_page_ids(issue_tile, next_page_id);
     write_k = write_k + 1 == L::kKSlots ? 0 : write_k + 1;
     if constexpr (L::kSplitRings) write_v = write_v + 1 == L::kVSlots ? 0 : write_v + 1;
   };
@@ -1611,25 +1666,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         TransposedValueTile<kFormat, kHeadDim>(v_slot(prev_v) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
                                                tab, prev_pb0[sub], prev_pb1[sub], o_acc);
       }
-      sc[sub][0][0] = sc[sub][0][1] = sc[sub][1][0] = sc[sub][1][1] = 0.0f;
-      if constexpr (kImma) {
-        // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at
-        // d = 256, so 2^8 S1 + S0 stays below 2^30 in int32; S2 converts exactly, the sum rounds once in fp32.
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
-          const float s2 = float(iacc[0][i]) * float(kTq3DigitBase * kTq3DigitBase);
-          sc[sub][i >> 1][i & 1] = (s2 + float(low)) * score_unit[i & 1];
-        }
-      } else {
-#pragma unroll
-        for (int c = 0; c < kChains; ++c) {
-          sc[sub][0][0] += acc[c][0];
-          sc[sub][0][1] += acc[c][1];
-          sc[sub][1][0] += acc[c][2];
-          sc[sub][1][1] += acc[c][3];
-        }
-      }
       // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
       key_valid[sub][0] = g < valid[sub];
       key_valid[sub][1] = 8 + g < valid[sub];
@@ -1647,11 +1683,27 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         v_scale[sub][0] = StagedScale<kFormat>(v_stage + L::kVSlotScaleOffset, key_a);
         v_scale[sub][1] = StagedScale<kFormat>(v_stage + L::kVSlotScaleOffset, key_b);
       }
+      if constexpr (kImma) {
+        // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at
+        // d = 256, so 2^8 S1 + S0 stays below 2^30 in int32; S2 converts exactly, the sum rounds once in fp32
+        // (one fma: 2^16 S2 is exact). v12: times one per-(key, head) product score_unit * k_scale.
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
+        for (int i = 0; i < 4; ++i) {
+          const int kk = i >> 1;
+          const int hh = i & 1;
+          const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
+          const float sum = __fmaf_rn(float(iacc[0][i]), float(kTq3DigitBase * kTq3DigitBase), float(low));
+          sc[sub][kk][hh] = key_valid[sub][kk] ? sum * (score_unit[hh] * k_scale[kk]) : -INFINITY;
+        }
+      } else {
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          sc[sub][kk][hh] = key_valid[sub][kk] ? sc[sub][kk][hh] * k_scale[kk] : -INFINITY;
+        for (int i = 0; i < 4; ++i) {
+          const int kk = i >> 1;
+          const int hh = i & 1;
+          float sum = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kChains; ++c) sum += acc[c][i];
+          sc[sub][kk][hh] = key_valid[sub][kk] ? sum * k_scale[kk] : -INFINITY;
         }
       }
     }
@@ -2457,7 +2509,8 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     const PagedKvView& view = views[v];
     const PageLayout& layout = view.layout;
     const bool is_tq3 = layout.format == KvFormat::kTq3;
-    if (is_tq3) {
+    const bool fused_rotation = Tq3FusedRotation(shape.head_dim);
+    if (is_tq3 && !fused_rotation) {
       const dim3 grid(row_blocks);
       const dim3 block(kMergeWarps * kWarpSize);
       const cudaError_t error =
@@ -2474,7 +2527,9 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.pages = view.pages;
     params.page_ids = view.page_ids;
     params.items = reinterpret_cast<const CudaWorkItem*>(ws + plan.items_offset_bytes_[v]);
-    params.q = is_tq3 ? q_rot : d_q;
+    params.q = is_tq3 && !fused_rotation ? q_rot : d_q;
+    params.signs = signs;
+    params.inv_sqrt_dim = inv_sqrt_dim;
     params.part_out = part_out;
     params.part_lse = part_lse;
     params.layout = layout;
