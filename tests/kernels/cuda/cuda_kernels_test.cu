@@ -636,8 +636,11 @@ int main() {
   const std::vector<std::vector<KvFormat>> format_sets = {
       {KvFormat::kBf16}, {KvFormat::kFp8}, {KvFormat::kTq3}, {KvFormat::kFp8, KvFormat::kTq3},
       {KvFormat::kTq3, KvFormat::kBf16, KvFormat::kFp8}};
+  // (v12: d = 256 with pages of 64 and 32 tokens and d = 128 with pages of 128: the TQ3 kernel's regular-unit copies
+  // for 4, 2 and 8 tiles per page, which pages of 16 tokens never take.)
   const DecodeCase shapes[] = {{24, 4, 256, 16, {}, 0}, {32, 8, 128, 64, {}, 0}, {8, 8, 128, 32, {}, 1},
-                               {16, 2, 256, 16, {}, 1}, {12, 4, 128, 16, {}, 3}};
+                               {16, 2, 256, 16, {}, 1}, {12, 4, 128, 16, {}, 3}, {24, 4, 256, 64, {}, 1},
+                               {16, 2, 256, 32, {}, 3},  {32, 8, 128, 128, {}, 1}};
   for (const DecodeCase& base : shapes) {
     for (const auto& formats : format_sets) {
       DecodeCase c = base;
