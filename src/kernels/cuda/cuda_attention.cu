@@ -122,6 +122,10 @@ constexpr float kProbScale = 16384.0f;
 // v12: the transposed kernel's combine area with padded rows (one word per 32 dims, row stride = kHeadDim / 64 mod
 // 16 words), so that the 32 lanes' output stores of one m-tile fall in 32 banks (v11: all in one bank, 32-way
 // conflicts: ~3% of the stall samples at Qwen 64K b8), and the warps' weights once per head instead of per element.
+// v12: the regular units' scale copies (lanes 0-7) as one predicated cp.async instead of a branch around it.
+#ifndef MINIMAKV_TQ3_PREDICATED_SCALE_COPY
+#define MINIMAKV_TQ3_PREDICATED_SCALE_COPY 1
+#endif
 #ifndef MINIMAKV_COMBINE_PADDED
 #define MINIMAKV_COMBINE_PADDED 1
 #endif
@@ -175,6 +179,7 @@ constexpr bool kTq3SplitRingsD256 = MINIMAKV_TQ3_SPLIT_RINGS_D256 != 0;
 constexpr bool kTq3SplitRingsD128 = MINIMAKV_TQ3_SPLIT_RINGS_D128 != 0;
 constexpr bool kTq3RegularCopy = MINIMAKV_TQ3_REGULAR_COPY != 0;
 constexpr bool kCombinePadded = MINIMAKV_COMBINE_PADDED != 0;
+constexpr bool kTq3PredicatedScaleCopy = MINIMAKV_TQ3_PREDICATED_SCALE_COPY != 0;
 constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
 constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
 __host__ __device__ constexpr bool Tq3FusedRotation(int head_dim) {
@@ -510,6 +515,12 @@ template <int kDstOffset, int kSrcOffset>
 __device__ inline void CpAsync16Imm(uint32_t smem_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0 + %2], [%1 + %3], 16;\n" ::"r"(smem_dst), "l"(global_src),
                "n"(kDstOffset), "n"(kSrcOffset));
+}
+// The copy only where pred holds, as one predicated instruction (no divergent branch around it; v12).
+__device__ inline void CpAsync16If(bool pred, uint32_t smem_dst, const void* global_src) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(smem_dst),
+      "l"(global_src), "r"(int(pred)));
 }
 __device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -1480,8 +1491,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + k_offset, k_src + v_codes_section);
       }
     }
-    if (unit_scale_lane) {
-      const uint32_t v_offset = L::kSplitRings ? uint32_t(vs * L::kVSlotBytes) : k_offset;
+    const uint32_t v_offset = L::kSplitRings ? uint32_t(vs * L::kVSlotBytes) : k_offset;
+    if constexpr (kTq3PredicatedScaleCopy) {
+      CpAsync16If(unit_scale_lane, unit_scale_dst + (lane >= 4 ? v_offset : k_offset), page32 + unit_scale_src);
+    } else if (unit_scale_lane) {
       CpAsync16(unit_scale_dst + (lane >= 4 ? v_offset : k_offset), page32 + unit_scale_src);
     }
   };
