@@ -96,6 +96,12 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_PAIR_D256
 #define MINIMAKV_TQ3_PAIR_D256 1
 #endif
+// v12 experiment (off): d = 128 units of 64 keys (4 MMA row blocks per copy, softmax step and loop iteration), so the
+// per-unit fixed work counts once per 64 keys; the stages then need split rings to fit 3 CTAs per SM
+// (-DMINIMAKV_TQ3_QUAD_D128=1 -DMINIMAKV_TQ3_SPLIT_RINGS_D128=1 -DMINIMAKV_TQ3_CTAS_D128=3).
+#ifndef MINIMAKV_TQ3_QUAD_D128
+#define MINIMAKV_TQ3_QUAD_D128 0
+#endif
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D128
 #define MINIMAKV_TQ3_PAIR_STAGES_D128 3
 #endif
@@ -171,7 +177,7 @@ constexpr int kMergeFewRows = 128;
 constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (all views) the v9 merge runs
 constexpr bool kTq3LaneCopy = MINIMAKV_TQ3_LANE_COPY != 0;
 // 16-key MMA row blocks per TQ3 tile (1, or 2 with MINIMAKV_TQ3_PAIR_D*); other formats always 1.
-constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
+constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_QUAD_D128 != 0 ? 4 : MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
 constexpr int kTq3SubTilesD256 = MINIMAKV_TQ3_PAIR_D256 != 0 ? 2 : 1;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
@@ -458,35 +464,37 @@ struct TileLayout {
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kSubTiles * kTile * kKStride;
   static constexpr int kKScaleOffset = kVOffset + kSubTiles * kTile * kVStride;
-  static constexpr int kVScaleOffset = kKScaleOffset + 64;  // room for 16 fp32 (FP8) or 32 fp16 (TQ3) scales
-  static_assert(kSubTiles * kTile * kScaleBytes <= 64, "one tile's scales fit their 64-byte run");
-  static constexpr int kStageBytes = kVScaleOffset + 64;
+  // Room for 16 fp32 (FP8), 32 fp16 (TQ3 pairs) or 64 fp16 (TQ3 d = 128 quads) scales per run.
+  static constexpr int kScaleRun = kSubTiles * kTile * kScaleBytes > 64 ? kSubTiles * kTile * kScaleBytes : 64;
+  static constexpr int kVScaleOffset = kKScaleOffset + kScaleRun;
+  static_assert(kSubTiles * kTile * kScaleBytes <= kScaleRun, "one tile's scales fit their run");
+  static constexpr int kStageBytes = kVScaleOffset + kScaleRun;
   // Stages per warp: each SM should keep ~50-100 KB of loads in flight.
   // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 tiles are small and compute heavy: 4 stages
   // (kTq3StagesD256 at d = 256; the pipelined TQ3 kernel keeps kStages - 2 tiles in flight while it computes).
   static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2
-                                 : kSubTiles == 2     ? (kHeadDim == 256 ? kTq3PairStagesD256 : kTq3PairStagesD128)
+                                 : kSubTiles >= 2     ? (kHeadDim == 256 ? kTq3PairStagesD256 : kTq3PairStagesD128)
                                  : kHeadDim == 256    ? kTq3StagesD256
                                                       : 4;
   // Slots of the transposed kernel: K rows + K scales in K slots, V rows + V scales in V slots. Without split rings
   // a K slot and a V slot of the same index are the two halves of one stage (kStageBytes apart per index); with
   // them (v12, pipelined TQ3 pairs) the warp's kKSlots K slots come first, then its kVSlots V slots.
-  static constexpr bool kSplitRings = kFormat == KvFormat::kTq3 && kSubTiles == 2 && kTq3Pipeline &&
+  static constexpr bool kSplitRings = kFormat == KvFormat::kTq3 && kSubTiles >= 2 && kTq3Pipeline &&
                                       (kHeadDim == 256 ? kTq3SplitRingsD256 : kTq3SplitRingsD128);
   static_assert(!kSplitRings || kStages >= 3, "split rings: one K slot less than V slots, at least two");
   static constexpr int kKSlots = kSplitRings ? kStages - 1 : kStages;
   static constexpr int kVSlots = kStages;
   static constexpr int kKRowsBytes = kSubTiles * kTile * kKStride;
   static constexpr int kVRowsBytes = kSubTiles * kTile * kVStride;
-  static constexpr int kKSlotBytes = kSplitRings ? kKRowsBytes + 64 : kStageBytes;
-  static constexpr int kVSlotBytes = kSplitRings ? kVRowsBytes + 64 : kStageBytes;
+  static constexpr int kKSlotBytes = kSplitRings ? kKRowsBytes + kScaleRun : kStageBytes;
+  static constexpr int kVSlotBytes = kSplitRings ? kVRowsBytes + kScaleRun : kStageBytes;
   static constexpr int kKSlotScaleOffset = kSplitRings ? kKRowsBytes : kKScaleOffset;
   static constexpr int kVRingOffset = kSplitRings ? kKSlots * kKSlotBytes : kVOffset;  // V slot 0 in the warp's area
   static constexpr int kVSlotScaleOffset = kSplitRings ? kVRowsBytes : kVScaleOffset - kVOffset;
   static constexpr int kWarpStagesBytes = kSplitRings ? kKSlots * kKSlotBytes + kVSlots * kVSlotBytes
                                                       : kStages * kStageBytes;
-  static_assert(kKSlotScaleOffset + 64 <= kKSlotBytes &&
-                    kVRingOffset + (kVSlots - 1) * kVSlotBytes + kVSlotScaleOffset + 64 <= kWarpStagesBytes,
+  static_assert(kKSlotScaleOffset + kScaleRun <= kKSlotBytes &&
+                    kVRingOffset + (kVSlots - 1) * kVSlotBytes + kVSlotScaleOffset + kScaleRun <= kWarpStagesBytes,
                 "the last K and V slots' scale runs end inside the warp's area");
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (CombineRowWords<kHeadDim>() + 2) * 4;
@@ -1456,7 +1464,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // both tiles of a pair lie in one page.
   // (ids[sub] of such a second tile is not loaded: the copy takes ids[0]. v11 copied ids[0] into ids[1] right after
   // the load, which made the warp wait for the load there: 3.3% of the stall samples, ncu source counters.)
-  const bool pair_in_page = kSub == 2 && tiles_per_page % 2 == 0;
+  const bool pair_in_page = kSub >= 2 && tiles_per_page % kSub == 0;  // all kSub tiles of a unit in one page
   auto unit_page_ids = [&](int unit, int (&ids)[kSub]) {
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
@@ -1474,16 +1482,20 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
   const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
-  const bool unit_scale_lane = lane < 8;
-  const uint32_t unit_scale_src = uint32_t(scales_section + (lane >= 4 ? v_scales_section : 0) +
-                                           (head_row + warp_tok0) * L::kScaleBytes + 16 * (lane & 3));
-  const uint32_t unit_scale_dst = my_stages_addr + 16 * (lane & 3) +
-                                  uint32_t(lane >= 4 ? L::kVRingOffset + L::kVSlotScaleOffset : L::kKSlotScaleOffset);
+  constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;  // per run: 4 (pairs) or 8 (quads)
+  const bool unit_scale_lane = lane < 2 * kUnitScaleChunks;
+  const bool unit_scale_v = lane >= kUnitScaleChunks;
+  const int unit_scale_chunk = lane % kUnitScaleChunks;
+  const uint32_t unit_scale_src = uint32_t(scales_section + (unit_scale_v ? v_scales_section : 0) +
+                                           (head_row + warp_tok0) * L::kScaleBytes + 16 * unit_scale_chunk);
+  const uint32_t unit_scale_dst =
+      my_stages_addr + 16 * unit_scale_chunk +
+      uint32_t(unit_scale_v ? L::kVRingOffset + L::kVSlotScaleOffset : L::kKSlotScaleOffset);
   auto issue_regular_unit = [&](int ks, int vs, int page_id) {
     const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
     const uint8_t* k_src = page32 + unit_k_src;
     const uint32_t k_offset = uint32_t(ks * L::kKSlotBytes);
-    if constexpr (kSub == 2) {  // (kUnitChunks is a multiple of 32 only for pairs)
+    if constexpr (kSub >= 2) {  // (kUnitChunks is a multiple of 32 only for pairs and quads)
       CopyRunLane<kUnitChunks, 0>(lane_dst + k_offset, k_src);
       if constexpr (L::kSplitRings) {
         CopyRunLane<kUnitChunks, L::kVRingOffset>(lane_dst + uint32_t(vs * L::kVSlotBytes), k_src + v_codes_section);
@@ -1493,9 +1505,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     }
     const uint32_t v_offset = L::kSplitRings ? uint32_t(vs * L::kVSlotBytes) : k_offset;
     if constexpr (kTq3PredicatedScaleCopy) {
-      CpAsync16If(unit_scale_lane, unit_scale_dst + (lane >= 4 ? v_offset : k_offset), page32 + unit_scale_src);
+      CpAsync16If(unit_scale_lane, unit_scale_dst + (unit_scale_v ? v_offset : k_offset), page32 + unit_scale_src);
     } else if (unit_scale_lane) {
-      CpAsync16(unit_scale_dst + (lane >= 4 ? v_offset : k_offset), page32 + unit_scale_src);
+      CpAsync16(unit_scale_dst + (unit_scale_v ? v_offset : k_offset), page32 + unit_scale_src);
     }
   };
   auto issue_unit = [&](int ks, int vs, const int (&ids)[kSub], int unit) {
