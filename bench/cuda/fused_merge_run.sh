@@ -6,7 +6,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT_DIR=${OUT:-$ROOT/build/gpu-out}
-BUILD=${MINIMAKV_GPU_BUILD:-$ROOT/build/gpu}
+BUILD=${MINIMAKV_GPU_BUILD:-$ROOT/build/gpu-fused}
 mkdir -p "$OUT_DIR" "$BUILD"
 JOBS=$(nproc 2>/dev/null || echo 8)
 POINTS="--only qwen3.6-27b 32768 1 --only qwen3.6-27b 32768 8 --only qwen3.6-27b 65536 1 --only qwen3.6-27b 65536 8
@@ -15,14 +15,23 @@ status=0
 
 echo "== configure + build ($(date -u +%H:%M:%S))"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-cmake -S "$ROOT" -B "$BUILD" -DMINIMAKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMINIMAKV_BUILD_TESTS=ON \
-  -DMINIMAKV_BUILD_BENCH=OFF -DMINIMAKV_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=Release > "$BUILD/cmake.log" 2>&1 \
-  || { tail -30 "$BUILD/cmake.log"; exit 1; }
-cmake --build "$BUILD" --target minimakv_cuda_tests minimakv_cuda_bench -j "$JOBS" > "$BUILD/build.log" 2>&1 \
-  || { grep -E "error" -A3 "$BUILD/build.log" | head -60; exit 1; }
-grep -E "registers|spill" "$BUILD/build.log" | grep -B1 -E "[1-9][0-9]* bytes spill" | head -10
-TESTS=$(find "$BUILD" -name minimakv_cuda_tests -type f | head -1)
-BENCH=$(find "$BUILD" -name minimakv_cuda_bench -type f | head -1)
+# PREBUILT: a folder with minimakv_cuda_tests and minimakv_cuda_bench built elsewhere from the same tree (nvcc 13,
+# sm_90), used only if this build fails (e.g. another helper's uncommitted file in the copied working tree).
+# The fused merge is compiled out by default (measured slower, docs/cuda-notes.md v13): this build compiles it in.
+if cmake -S "$ROOT" -B "$BUILD" -DMINIMAKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMINIMAKV_BUILD_TESTS=ON \
+     -DCMAKE_CUDA_FLAGS="${FUSED_FLAGS--DMINIMAKV_FUSED_MERGE_KERNELS=1}" \
+     -DMINIMAKV_BUILD_BENCH=OFF -DMINIMAKV_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=Release > "$BUILD/cmake.log" 2>&1 &&
+   cmake --build "$BUILD" --target minimakv_cuda_tests minimakv_cuda_bench -j "$JOBS" > "$BUILD/build.log" 2>&1; then
+  grep -E "registers|spill" "$BUILD/build.log" | grep -B1 -E "[1-9][0-9]* bytes spill" | head -10
+  TESTS=$(find "$BUILD" -name minimakv_cuda_tests -type f | head -1)
+  BENCH=$(find "$BUILD" -name minimakv_cuda_bench -type f | head -1)
+else
+  tail -5 "$BUILD/cmake.log"; grep -E "error" -A3 "$BUILD/build.log" | head -30
+  [[ -n ${PREBUILT:-} && -x ${PREBUILT}/minimakv_cuda_tests ]] || exit 1
+  echo "BUILD FAILED here: using the prebuilt binaries of $PREBUILT"
+  TESTS=$PREBUILT/minimakv_cuda_tests
+  BENCH=$PREBUILT/minimakv_cuda_bench
+fi
 
 echo "== GPU tests ($(date -u +%H:%M:%S))"
 "$TESTS" > "$OUT_DIR/tests.log" 2>&1

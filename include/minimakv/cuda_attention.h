@@ -59,8 +59,12 @@ struct CudaViewLengths {
 //     the plan has work items and every sequence's items fit the kernels' shared memory; otherwise the plan falls
 //     back to kSeparate (fused_merge() says which).
 //   kSkip: no merge at all (benchmarks only: the step's cost without a merge; out is not written).
-//   kDefault: the measured default (cuda_attention.cu, kFusedMergeDefault).
+//   kDefault: the measured default (cuda_attention.cu, kFusedMergeDefault: separate, see docs/cuda-notes.md v13).
 enum class CudaMergeMode { kDefault, kSeparate, kFused, kSkip };
+
+// v13: whether this build compiled the fused merge into the partial kernels (-DMINIMAKV_FUSED_MERGE_KERNELS=1; off
+// by default, measured slower). Without it kFused plans fall back to the separate merge.
+bool CudaFusedMergeCompiled();
 
 struct CudaDecodeOptions {
   CudaMergeMode merge = CudaMergeMode::kDefault;

@@ -152,8 +152,15 @@ constexpr float kProbScale = 16384.0f;
 #define MINIMAKV_MERGE_ROW 1
 #endif
 // v13: the merge fused into the partial kernels (the CTA that completes a (sequence, KV head) group merges it;
-// FusedMergeTail). 0 = the separate merge kernel (v10-v12) unless a plan asks for CudaMergeMode::kFused. The one
-// place where the default merge mode is decided (docs/cuda-notes.md v13 has the measurement behind it).
+// FusedMergeTail). MINIMAKV_FUSED_MERGE_KERNELS compiles that tail into the partial kernels (otherwise a plan that
+// asks for CudaMergeMode::kFused falls back to the separate merge, and the partial kernels' SASS is v12's);
+// MINIMAKV_FUSED_MERGE makes kFused the plans' default. Both 0: measured (docs/cuda-notes.md v13, one run, same-run
+// interleaved A/B on the mix at 32K / 64K, batch 1 / 8) the fused step was SLOWER at every point: +1.3% to +3.7% at
+// batch 8, +23% to +63% at batch 1 (one CTA per (sequence, KV head) reads all of the group's items: ~600 KB at Qwen
+// batch 1), and the separate step of the build with the tail compiled in read 3-5% slower than v12's final run.
+#ifndef MINIMAKV_FUSED_MERGE_KERNELS
+#define MINIMAKV_FUSED_MERGE_KERNELS 0
+#endif
 #ifndef MINIMAKV_FUSED_MERGE
 #define MINIMAKV_FUSED_MERGE 0
 #endif
@@ -170,6 +177,7 @@ constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
 constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
 constexpr bool kMergeRow = MINIMAKV_MERGE_ROW != 0;
+constexpr bool kFusedMergeKernels = MINIMAKV_FUSED_MERGE_KERNELS != 0;
 constexpr bool kFusedMergeDefault = MINIMAKV_FUSED_MERGE != 0;
 // Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
 // (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
@@ -465,12 +473,16 @@ struct DecodeParams {
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
   CudaSignBits signs;      // TQ3 with Tq3FusedRotation(head_dim): q holds unrotated rows, rotated in the kernel
   float inv_sqrt_dim;
+#if MINIMAKV_FUSED_MERGE_KERNELS
   // v13 fused merge (FusedMergeTail): merge_counters null = the separate merge kernel runs after the partials.
+  // (Only in builds that compile the fused merge: the larger parameter block alone changes the kernels' code, the
+  // parameters then being read through their address.)
   uint32_t* merge_counters;     // [num_seqs][kv_heads]: CTAs of the (sequence, KV head) group done this step
   const int32_t* empty_seqs;    // [num_empty]: sequences with no item, written by this launch's CTA (0, 0)
   int num_empty;                // 0 except in the step's first launched partial kernel
   int kv_heads;
   MergeParams merge;
+#endif
 };
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
@@ -664,6 +676,7 @@ __host__ __device__ constexpr int FusedMergeFixedBytes() {
   return 16 + 2 * kMaxGroup * kHeadDim * 4 + 2 * kMaxGroup * 4;
 }
 
+#if MINIMAKV_FUSED_MERGE_KERNELS
 template <int kHeadDim>
 __device__ void FusedMergeTail(const DecodeParams& p, int seq, int kv_head, uint8_t* smem) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
@@ -845,6 +858,7 @@ __device__ void FusedMergeTail(const DecodeParams& p, int seq, int kv_head, uint
     if (lane == 0) m.lse_log2[row] = sum > 0.0f ? (mx == INFINITY ? INFINITY : mx + log2f(sum)) : -INFINITY;
   }
 }
+#endif  // MINIMAKV_FUSED_MERGE_KERNELS
 
 // Query fragments (scaled into base 2, split hi + lo), built once per CTA in shared memory for the 4 warps:
 // q_frag[k-step][lane] = {hi (k 2t, 2t + 1), hi (k 2t + 8, 2t + 9), lo ..., lo ...} of head g = lane / 4, the
@@ -1164,7 +1178,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
-  if (p.merge_counters != nullptr) FusedMergeTail<kHeadDim>(p, item.seq, kv_head, smem);  // v13
+#if MINIMAKV_FUSED_MERGE_KERNELS  // v13 (compiled out by default: the v12 kernels)
+  if (p.merge_counters != nullptr) FusedMergeTail<kHeadDim>(p, item.seq, kv_head, smem);
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2116,7 +2132,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim, kRowWords, kCombinePadded>(p, kv_head, warp_out, warp_max, warp_sum);
-  if (p.merge_counters != nullptr) FusedMergeTail<kHeadDim>(p, item.seq, kv_head, smem);  // v13
+#if MINIMAKV_FUSED_MERGE_KERNELS  // v13 (compiled out by default: the v12 kernels)
+  if (p.merge_counters != nullptr) FusedMergeTail<kHeadDim>(p, item.seq, kv_head, smem);
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2595,6 +2613,8 @@ Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, 
 
 }  // namespace
 
+bool CudaFusedMergeCompiled() { return kFusedMergeKernels; }
+
 // -------------------------------------------------------------------------------------------------------------
 // Plan
 
@@ -2720,7 +2740,8 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     if (plan.item_count_[v] > 0) item_cap = std::min(item_cap, FusedMergeItemCap(plan.formats_[v], shape.head_dim));
   }
   plan.skip_merge_ = mode == CudaMergeMode::kSkip;
-  plan.fused_merge_ = mode == CudaMergeMode::kFused && plan.total_items_ > 0 && max_seq_items <= item_cap;
+  plan.fused_merge_ = kFusedMergeKernels && mode == CudaMergeMode::kFused && plan.total_items_ > 0 &&
+                      max_seq_items <= item_cap;
   // Workspace: [meta: items, indptrs, (fused) zeroed counters, empty sequences][rotated q][partial outs][partial lse].
   size_t offset = 0;
   for (int v = 0; v < num_views; ++v) {
@@ -2812,7 +2833,7 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     }
   }
   bool programmatic = false;  // false for the step's first launch
-  bool empty_written = false;  // v13 fused merge: the rows of sequences without items are written by one launch
+  [[maybe_unused]] bool empty_written = false;  // v13 fused merge: one launch writes the rows of empty sequences
   int order[kCudaMaxViews];
   int num_ordered = 0;
   for (int pass = 0; pass < 2; ++pass) {  // TQ3 views first
@@ -2853,6 +2874,7 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.num_q_heads = shape.num_q_heads;
     params.group = group;
     params.q_scale = shape.sm_scale * kLog2e;
+#if MINIMAKV_FUSED_MERGE_KERNELS
     params.kv_heads = shape.kv_heads;
     if (plan.fused_merge_) {
       params.merge = MakeMergeParams(shape, plan.num_views_, plan.formats_, plan.indptr_offset_bytes_,
@@ -2863,6 +2885,7 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
       params.num_empty = empty_written ? 0 : plan.num_empty_;  // one launch writes the empty rows
       empty_written = true;
     }
+#endif
     if (shape.head_dim == 256) {
       MINIMAKV_RETURN_IF_ERROR(
           LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
