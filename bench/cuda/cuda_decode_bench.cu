@@ -3,7 +3,6 @@
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-//        [--merge-ab]  (v13: mix only, separate vs fused vs no merge, interleaved; table last)
 // L2 flush (--flush): read (default since v8) = one read sweep of a 256 MB buffer, which leaves the L2 full of
 // clean lines; memset (v1-v7) = writing 256 MB, which leaves ~50 MB of dirty lines that the timed step must
 // write back (measured: ~10 us more per step at every size). torch_sdpa_bench.py flushes the same way.
@@ -184,10 +183,6 @@ int main(int argc, char** argv) {
   std::vector<OnlyConfig> only;
   bool skip_convert = false;
   bool flush_by_memset = false;
-  // v13 --merge-ab: only the mix variant, each point stepped with the separate merge kernel, the fused merge and
-  // no merge at all (CudaMergeMode::kSkip), interleaved run by run; a table of the three and the merge shares last.
-  bool merge_ab = false;
-  std::vector<std::string> ab_rows;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -201,7 +196,6 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_by_memset = !std::strcmp(argv[++i], "memset");
-    else if (!std::strcmp(argv[i], "--merge-ab")) merge_ab = skip_convert = true;
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -316,7 +310,6 @@ int main(int argc, char** argv) {
                                     {"tq3", {{&tq3, &full_tq3}}},
                                     {"mix", {{&fp8, &mix_fp8}, {&tq3, &mix_tq3}}}};
         for (const Variant& variant : variants) {
-          if (merge_ab && std::strcmp(variant.name, "mix") != 0) continue;
           CudaDecodeShape dshape{batch, shape.num_q_heads, shape.kv_heads, shape.head_dim,
                                  1.0f / std::sqrt(float(shape.head_dim)), 42};
           std::vector<CudaViewLengths> lengths;
@@ -337,71 +330,12 @@ int main(int argc, char** argv) {
               kv_bytes += size_t(tokens) * shape.kv_heads * 2 * BytesPerVector(pool->layout.format, shape.head_dim);
             }
           }
-          PartialStatesOut out{d_out, d_lse};
-          if (merge_ab) {
-            struct ModeRun {
-              const char* tag;
-              CudaMergeMode mode;
-              CudaDecodePlan plan;
-              void* d_ws = nullptr;
-              std::vector<double> t;
-            };
-            ModeRun modes[3] = {{"sep", CudaMergeMode::kSeparate, {}, nullptr, {}},
-                                {"fused", CudaMergeMode::kFused, {}, nullptr, {}},
-                                {"none", CudaMergeMode::kSkip, {}, nullptr, {}}};
-            for (ModeRun& m : modes) {
-              CudaDecodeOptions options;
-              options.merge = m.mode;
-              STATUS_OK(CudaDecodePlan::Create(dshape, lengths.data(), int(lengths.size()), sm_count, options, &m.plan));
-              CUDA_OK(cudaMalloc(&m.d_ws, std::max<size_t>(m.plan.workspace_bytes(), 256)));
-              STATUS_OK(m.plan.Upload(m.d_ws, stream));
-            }
-            auto step_of = [&](ModeRun& m) {
-              return [&] { STATUS_OK(CudaDecodeRun(m.plan, views.data(), int(views.size()), d_q, m.d_ws, out, stream)); };
-            };
-            for (ModeRun& m : modes) {
-              for (int w = 0; w < 3; ++w) time_once(step_of(m));
-            }
-            for (int r = 0; r < runs; ++r) {  // interleaved, the starting mode rotating: drifts hit all three alike
-              for (int k = 0; k < 3; ++k) {
-                ModeRun& m = modes[(r + k) % 3];
-                m.t.push_back(time_once(step_of(m)));
-              }
-            }
-            std::vector<double> tm;
-            for (int r = 0; r < std::max(5, runs / 3); ++r) {
-              tm.push_back(time_once([&] { STATUS_OK(CudaDecodeMerge(modes[0].plan, modes[0].d_ws, out, stream)); }));
-            }
-            const double sep = Median(modes[0].t), fused = Median(modes[1].t), none = Median(modes[2].t);
-            const double merge_alone = Median(tm);
-            for (ModeRun& m : modes) {
-              const double us = Median(m.t);
-              const double gbps = double(kv_bytes) / us * 1e-3;
-              std::printf("%-12s ctx %6d batch %2d mix:%-5s %9.1f us  %6.0f GB/s  merge alone %6.1f us  items %d%s\n",
-                          shape.name, ctx, batch, m.tag, us, gbps, merge_alone, m.plan.total_items(),
-                          m.mode == CudaMergeMode::kFused && !m.plan.fused_merge() ? "  (fusion NOT applied)" : "");
-              if (csv) {
-                std::fprintf(csv, "decode,%s,%d,%d,mix:%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f\n", shape.name, ctx, batch,
-                             m.tag, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, merge_alone, m.plan.total_items(),
-                             read_gbps);
-                std::fflush(csv);
-              }
-              CUDA_OK(cudaFree(m.d_ws));
-            }
-            char line[256];
-            std::snprintf(line, sizeof(line),
-                          "%-12s %6d %3d | %8.1f %8.1f %8.1f | %6.1f | %5.1f%% %5.1f%% | %5.1f%% | %6.3f%s", shape.name,
-                          ctx, batch, sep, fused, none, merge_alone, 100.0 * merge_alone / sep,
-                          100.0 * (sep - none) / sep, 100.0 * (fused - none) / fused, fused / sep,
-                          modes[1].plan.fused_merge() ? "" : " (not fused)");
-            ab_rows.push_back(line);
-            continue;
-          }
           CudaDecodePlan plan;
           STATUS_OK(CudaDecodePlan::Create(dshape, lengths.data(), int(lengths.size()), sm_count, &plan));
           void* d_ws;
           CUDA_OK(cudaMalloc(&d_ws, std::max<size_t>(plan.workspace_bytes(), 256)));
           STATUS_OK(plan.Upload(d_ws, stream));
+          PartialStatesOut out{d_out, d_lse};
           auto step = [&] { STATUS_OK(CudaDecodeRun(plan, views.data(), int(views.size()), d_q, d_ws, out, stream)); };
           auto merge = [&] { STATUS_OK(CudaDecodeMerge(plan, d_ws, out, stream)); };
           for (int w = 0; w < 3; ++w) time_once(step);
@@ -474,14 +408,6 @@ int main(int argc, char** argv) {
     CUDA_OK(cudaFree(tq3.d_pages));
   }
   if (csv) std::fclose(csv);
-  if (!ab_rows.empty()) {
-    std::printf("\n== merge A/B, mix (us, median of %d interleaved runs each; L2 flushed before each run)\n", runs);
-    std::printf("%-12s %6s %3s | %8s %8s %8s | %6s | %6s %6s | %6s | %6s\n", "shape", "ctx", "b", "sep", "fused",
-                "none", "merge", "m/sep", "d/sep", "d/fus", "fus/sep");
-    for (const std::string& row : ab_rows) std::printf("%s\n", row.c_str());
-    std::printf("(merge = the separate merge kernel alone; m/sep its share of the separate step; d/sep = (sep - none) "
-                "/ sep; d/fus = (fused - none) / fused: the merge's share of each step)\n");
-  }
   CUDA_OK(cudaFree(d_flush));
   CUDA_OK(cudaFree(d_flush_sink));
   return 0;

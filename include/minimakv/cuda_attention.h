@@ -50,26 +50,6 @@ struct CudaViewLengths {
   const int32_t* last_page_tokens = nullptr;  // host [num_seqs]
 };
 
-// v13: where the merge of a step runs.
-//   kSeparate: its own kernel after the partial kernels (v10-v12; CudaDecodeMerge is that kernel alone).
-//   kFused: inside the partial kernels. Each CTA, after writing its partial states for one (sequence, KV head)
-//     row group, counts itself in a per-group counter of the workspace; the CTA that completes a group (of
-//     whichever format's kernel) merges it (TQ3 items in the rotated domain, one inverse rotation, then the other
-//     formats, base-2 LSE) and resets the counter to 0, so a captured step replays without a memset. Applies when
-//     the plan has work items and every sequence's items fit the kernels' shared memory; otherwise the plan falls
-//     back to kSeparate (fused_merge() says which).
-//   kSkip: no merge at all (benchmarks only: the step's cost without a merge; out is not written).
-//   kDefault: the measured default (cuda_attention.cu, kFusedMergeDefault: separate, see docs/cuda-notes.md v13).
-enum class CudaMergeMode { kDefault, kSeparate, kFused, kSkip };
-
-// v13: whether this build compiled the fused merge into the partial kernels (-DMINIMAKV_FUSED_MERGE_KERNELS=1; off
-// by default, measured slower). Without it kFused plans fall back to the separate merge.
-bool CudaFusedMergeCompiled();
-
-struct CudaDecodeOptions {
-  CudaMergeMode merge = CudaMergeMode::kDefault;
-};
-
 // One CTA's work: pages [page_begin, page_end) of the view's page_ids, all of sequence seq; the last page of the
 // range holds last_tokens valid tokens (page_tokens unless it is the sequence's last page).
 struct CudaWorkItem {
@@ -86,9 +66,6 @@ class CudaDecodePlan {
   // waves of resident CTAs (queried from the current device: Create calls the CUDA runtime, no stream work).
   static Status Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views, int sm_count,
                        CudaDecodePlan* out);
-  // The same with options (v13: the merge mode).
-  static Status Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views, int sm_count,
-                       const CudaDecodeOptions& options, CudaDecodePlan* out);
 
   size_t workspace_bytes() const { return workspace_bytes_; }
   // Copies the work lists into d_workspace (cudaMemcpyAsync from this object's host memory: keep the plan alive
@@ -100,9 +77,6 @@ class CudaDecodePlan {
   KvFormat view_format(int v) const { return formats_[v]; }
   int view_items(int v) const { return item_count_[v]; }
   int total_items() const { return total_items_; }
-  // v13: true when CudaDecodeRun merges inside the partial kernels (CudaMergeMode::kFused applied).
-  bool fused_merge() const { return fused_merge_; }
-  bool skip_merge() const { return skip_merge_; }
 
  private:
   friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
@@ -121,11 +95,6 @@ class CudaDecodePlan {
   size_t q_rot_offset_bytes_ = 0;                   // float [num_seqs][num_q_heads][head_dim]
   size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
-  size_t counters_offset_bytes_ = 0;                // v13 fused merge: uint32 [num_seqs][kv_heads], zero (meta)
-  size_t empty_offset_bytes_ = 0;                   // v13 fused merge: int32 [num_empty_]: sequences with no item
-  int num_empty_ = 0;
-  bool fused_merge_ = false;
-  bool skip_merge_ = false;
   size_t meta_bytes_ = 0;                           // the uploaded prefix
   int total_items_ = 0;
   size_t workspace_bytes_ = 0;

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <utility>
 
@@ -151,19 +150,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_MERGE_ROW
 #define MINIMAKV_MERGE_ROW 1
 #endif
-// v13: the merge fused into the partial kernels (the CTA that completes a (sequence, KV head) group merges it;
-// FusedMergeTail). MINIMAKV_FUSED_MERGE_KERNELS compiles that tail into the partial kernels (otherwise a plan that
-// asks for CudaMergeMode::kFused falls back to the separate merge, and the partial kernels' SASS is v12's);
-// MINIMAKV_FUSED_MERGE makes kFused the plans' default. Both 0: measured (docs/cuda-notes.md v13, one run, same-run
-// interleaved A/B on the mix at 32K / 64K, batch 1 / 8) the fused step was SLOWER at every point: +1.3% to +3.7% at
-// batch 8, +23% to +63% at batch 1 (one CTA per (sequence, KV head) reads all of the group's items: ~600 KB at Qwen
-// batch 1), and the separate step of the build with the tail compiled in read 3-5% slower than v12's final run.
-#ifndef MINIMAKV_FUSED_MERGE_KERNELS
-#define MINIMAKV_FUSED_MERGE_KERNELS 0
-#endif
-#ifndef MINIMAKV_FUSED_MERGE
-#define MINIMAKV_FUSED_MERGE 0
-#endif
 constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
 constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
 constexpr int kTq3StagesD256 = MINIMAKV_TQ3_STAGES_D256;
@@ -177,8 +163,6 @@ constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
 constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
 constexpr bool kMergeRow = MINIMAKV_MERGE_ROW != 0;
-constexpr bool kFusedMergeKernels = MINIMAKV_FUSED_MERGE_KERNELS != 0;
-constexpr bool kFusedMergeDefault = MINIMAKV_FUSED_MERGE != 0;
 // Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
 // (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
 #ifndef MINIMAKV_MERGE_ROW_WARPS_FEW  // (builds may change both to test the kernel's multi-round path)
@@ -444,21 +428,6 @@ __device__ inline void LoadExpandV(const uint8_t* vec, int g, const Tq3Tables& t
 // ---------------------------------------------------------------------------------------------------------
 // Partial kernel
 
-struct MergeParams {
-  const float* part_out;
-  const float* part_lse;
-  const int32_t* indptr[kCudaMaxViews];  // [num_seqs + 1] items of seq s, view-local
-  int item_offset[kCudaMaxViews];
-  int tq3_view;  // -1 if none
-  int num_views;
-  int num_seqs;
-  int num_q_heads;
-  float* out;
-  float* lse_log2;
-  CudaSignBits signs;
-  float inv_sqrt_dim;
-};
-
 struct DecodeParams {
   const uint8_t* pages;
   const int32_t* page_ids;
@@ -473,16 +442,6 @@ struct DecodeParams {
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
   CudaSignBits signs;      // TQ3 with Tq3FusedRotation(head_dim): q holds unrotated rows, rotated in the kernel
   float inv_sqrt_dim;
-#if MINIMAKV_FUSED_MERGE_KERNELS
-  // v13 fused merge (FusedMergeTail): merge_counters null = the separate merge kernel runs after the partials.
-  // (Only in builds that compile the fused merge: the larger parameter block alone changes the kernels' code, the
-  // parameters then being read through their address.)
-  uint32_t* merge_counters;     // [num_seqs][kv_heads]: CTAs of the (sequence, KV head) group done this step
-  const int32_t* empty_seqs;    // [num_empty]: sequences with no item, written by this launch's CTA (0, 0)
-  int num_empty;                // 0 except in the step's first launched partial kernel
-  int kv_heads;
-  MergeParams merge;
-#endif
 };
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
@@ -657,208 +616,6 @@ __device__ inline void WritePartialStates(const DecodeParams& p, int kv_head, co
     if (threadIdx.x == 0) p.part_lse[state_base + h] = lse;
   }
 }
-
-// v13 fused merge: the tail of every partial kernel when p.merge_counters is set (CudaMergeMode::kFused).
-// After WritePartialStates each thread fences its stores (__threadfence: they are visible device-wide before the
-// count that announces them), the CTA counts itself in the counter of its (sequence, KV head) group, and the CTA
-// whose increment completes the group (all items of the sequence, of all views and kernels) merges the group's
-// query heads: the same arithmetic as MergeRowKernel (TQ3 items summed in the rotated domain, one inverse rotation,
-// then the other formats, base-2 LSE) except that both classes share one max per head (the rotation is linear, so
-// rotating the TQ3 class's weighted sum and adding the other class's is the merge of the two class states). It then
-// resets the counter to 0 (nothing else touches it this step; the next step's first kernel starts after this one
-// completes), so a captured step replays without a memset. Memory order: writer stores -> fence -> atomic;
-// merger atomic (observes every increment) -> fence -> loads with ld.global.cg (L2, not a possibly stale L1 line).
-// Layout of the shared memory it reuses (the whole dynamic area, after the combine is read):
-//   [0, 16) the "last" flag; then states [2 classes][kMaxGroup][kHeadDim] floats; then LSEs / weights [items][group];
-//   then max and weight sum [kMaxGroup] each.
-template <int kHeadDim>
-__host__ __device__ constexpr int FusedMergeFixedBytes() {
-  return 16 + 2 * kMaxGroup * kHeadDim * 4 + 2 * kMaxGroup * 4;
-}
-
-#if MINIMAKV_FUSED_MERGE_KERNELS
-template <int kHeadDim>
-__device__ void FusedMergeTail(const DecodeParams& p, int seq, int kv_head, uint8_t* smem) {
-  constexpr int kPerLane = kHeadDim / kWarpSize;
-  constexpr int kVecs = kMaxGroup * kHeadDim / 4 / kDecodeThreads;  // float4 slots per thread (2 or 4)
-  constexpr int kUnroll = 8 / kVecs;  // items whose loads are in flight together: 8 float4 per thread
-  static_assert(kVecs * 4 * kDecodeThreads == kMaxGroup * kHeadDim, "whole float4 slots");
-  const MergeParams& m = p.merge;
-  const int tid = threadIdx.x;
-  const int lane = tid % kWarpSize;
-  const int warp = tid / kWarpSize;
-  // Rows of sequences with no item: zero output, -inf LSE (the separate merge writes them otherwise).
-  if (p.num_empty > 0 && blockIdx.x == 0 && blockIdx.y == 0) {
-    for (int e = 0; e < p.num_empty; ++e) {
-      const int s = p.empty_seqs[e];
-      for (int i = tid; i < m.num_q_heads * kHeadDim; i += kDecodeThreads) {
-        m.out[size_t(s) * m.num_q_heads * kHeadDim + i] = 0.0f;
-      }
-      for (int i = tid; i < m.num_q_heads; i += kDecodeThreads) m.lse_log2[size_t(s) * m.num_q_heads + i] = -INFINITY;
-    }
-  }
-  // The group's item list (view by view, as MergeRowKernel): list position j of view v is partial state
-  // base[v] + (j - first[v]) * num_q_heads + h for query head h of the group.
-  int first[kCudaMaxViews + 1];
-  size_t base[kCudaMaxViews];
-  first[0] = 0;
-#pragma unroll
-  for (int v = 0; v < kCudaMaxViews; ++v) {
-    const int begin = v < m.num_views ? m.indptr[v][seq] : 0;
-    const int end = v < m.num_views ? m.indptr[v][seq + 1] : 0;
-    base[v] = size_t((v < m.num_views ? m.item_offset[v] : 0) + begin) * m.num_q_heads + size_t(kv_head) * p.group;
-    first[v + 1] = first[v] + (end - begin);
-  }
-  const int total = first[kCudaMaxViews];
-  __threadfence();  // this thread's partial-state stores, before the count below
-  __syncthreads();  // every thread's stores fenced; the combine area is no longer read
-  int* last_flag = reinterpret_cast<int*>(smem);
-  if (tid == 0) {
-    uint32_t* counter = p.merge_counters + size_t(seq) * p.kv_heads + kv_head;
-    const uint32_t done = atomicAdd(counter, 1u) + 1u;
-    const bool last = done == uint32_t(total);
-    if (last) {
-      *counter = 0u;     // every CTA of the group has counted: ready for the next step (graph replay)
-      __threadfence();   // acquire side: the other CTAs' states are read after their counts were observed
-    }
-    *last_flag = last ? 1 : 0;
-  }
-  __syncthreads();
-  if (*last_flag == 0) return;
-  __threadfence();  // (each reading thread too, not only the one that observed the count: cheap, one CTA per group)
-
-  const int group = p.group;
-  float* states = reinterpret_cast<float*>(smem + 16);        // [2][kMaxGroup][kHeadDim]
-  float* weights = states + 2 * kMaxGroup * kHeadDim;          // [total][group]: LSE, then weight
-  float* head_max = weights + total * group;                   // [kMaxGroup]
-  float* head_sum = head_max + kMaxGroup;                      // [kMaxGroup]
-  static_assert(kCudaMaxViews == 3, "state_of selects among three views");
-  auto state_of = [&](int item) {  // partial-state index of head 0 of the group at list position item
-    const bool v2 = item >= first[2];
-    const bool v1 = item >= first[1];
-    const size_t view_base = v2 ? base[2] : v1 ? base[1] : base[0];
-    const int view_first = v2 ? first[2] : v1 ? first[1] : 0;
-    return view_base + size_t(item - view_first) * m.num_q_heads;
-  };
-  auto is_tq3 = [&](int item) {
-    const int v = item >= first[2] ? 2 : item >= first[1] ? 1 : 0;
-    return v == m.tq3_view;
-  };
-  // 1. LSEs of all (item, head) pairs.
-  for (int i = tid; i < total * group; i += kDecodeThreads) {
-    const int j = i / group;
-    weights[i] = __ldcg(m.part_lse + state_of(j) + (i - j * group));
-  }
-  __syncthreads();
-  // 2. Max per head (warp w: heads w, w + 4).
-  for (int h = warp; h < group; h += kDecodeWarps) {
-    float mx = -INFINITY;
-    for (int j = lane; j < total; j += kWarpSize) mx = fmaxf(mx, weights[j * group + h]);
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) mx = fmaxf(mx, __shfl_xor_sync(kFullWarpMask, mx, offset));
-    if (lane == 0) head_max[h] = mx;
-  }
-  __syncthreads();
-  // 3. Weights 2^(lse - max): 0 for an empty item; with an infinite max, 1 for the infinite items and 0 for the
-  // others (MergePartialState's rule for +inf).
-  for (int i = tid; i < total * group; i += kDecodeThreads) {
-    const float mx = head_max[i % group];
-    const float lse = weights[i];
-    weights[i] = mx == -INFINITY ? 0.0f : mx == INFINITY ? (lse == INFINITY ? 1.0f : 0.0f) : exp2f(lse - mx);
-  }
-  __syncthreads();
-  // 4. Weighted sums per class, one float4 slot e = tid + 128 k of the group's contiguous [group][kHeadDim] block
-  // per item (coalesced), kUnroll items' loads in flight.
-  const int row_vecs = group * kHeadDim / 4;
-  float4 acc[2][kVecs];
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) acc[c][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  for (int j0 = 0; j0 < total; j0 += kUnroll) {
-    float4 vals[kUnroll][kVecs];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float4* src = reinterpret_cast<const float4*>(m.part_out + state_of(min(j0 + u, total - 1)) * kHeadDim);
-#pragma unroll
-      for (int k = 0; k < kVecs; ++k) {
-        const int e = tid + kDecodeThreads * k;
-        vals[u][k] = e < row_vecs ? __ldcg(src + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = j0 + u;
-      if (j >= total) break;  // CTA-uniform
-      const bool tq3 = is_tq3(j);
-#pragma unroll
-      for (int k = 0; k < kVecs; ++k) {
-        const int e = tid + kDecodeThreads * k;
-        if (e >= row_vecs) continue;
-        const float w = weights[j * group + (4 * e) / kHeadDim];
-        if (w == 0.0f) continue;  // 0 * garbage of an empty item stays 0
-        // (two explicit branches: a reference chosen between the two arrays would put them in local memory)
-        if (tq3) {
-          acc[0][k].x += w * vals[u][k].x;
-          acc[0][k].y += w * vals[u][k].y;
-          acc[0][k].z += w * vals[u][k].z;
-          acc[0][k].w += w * vals[u][k].w;
-        } else {
-          acc[1][k].x += w * vals[u][k].x;
-          acc[1][k].y += w * vals[u][k].y;
-          acc[1][k].z += w * vals[u][k].z;
-          acc[1][k].w += w * vals[u][k].w;
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int e = tid + kDecodeThreads * k;
-      if (e < row_vecs) reinterpret_cast<float4*>(states + c * kMaxGroup * kHeadDim)[e] = acc[c][k];
-    }
-  }
-  for (int h = warp; h < group; h += kDecodeWarps) {
-    float sum = 0.0f;
-    for (int j = lane; j < total; j += kWarpSize) sum += weights[j * group + h];
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-    if (lane == 0) head_sum[h] = sum;
-  }
-  __syncthreads();
-  // 5. Per head (warp w: heads w, w + 4): the TQ3 sum rotated back (x = D H y / sqrt(d)), plus the other formats'
-  // sum, over the weight sum; LSE = max + log2(sum).
-  // (selects, no run-time index into first[]: that would put it in local memory)
-  const int tq3_items = m.tq3_view == 0   ? first[1] - first[0]
-                        : m.tq3_view == 1 ? first[2] - first[1]
-                        : m.tq3_view == 2 ? first[3] - first[2]
-                                          : 0;
-  const bool has_tq3 = tq3_items > 0;
-  for (int h = warp; h < group; h += kDecodeWarps) {
-    float x[kPerLane];
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) x[k] = states[h * kHeadDim + lane + kWarpSize * k];
-    if (has_tq3) {  // CTA-uniform
-      cuda_detail::WarpFwht<kHeadDim>(x, lane);
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) x[k] = x[k] * m.inv_sqrt_dim * cuda_detail::SignOf(m.signs, lane + kWarpSize * k);
-    }
-    const float sum = head_sum[h];
-    const float mx = head_max[h];
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const size_t row = size_t(seq) * m.num_q_heads + size_t(kv_head) * group + h;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const float y = x[k] + states[(kMaxGroup + h) * kHeadDim + lane + kWarpSize * k];
-      m.out[row * kHeadDim + lane + kWarpSize * k] = sum > 0.0f ? y * inv : 0.0f;
-    }
-    if (lane == 0) m.lse_log2[row] = sum > 0.0f ? (mx == INFINITY ? INFINITY : mx + log2f(sum)) : -INFINITY;
-  }
-}
-#endif  // MINIMAKV_FUSED_MERGE_KERNELS
 
 // Query fragments (scaled into base 2, split hi + lo), built once per CTA in shared memory for the 4 warps:
 // q_frag[k-step][lane] = {hi (k 2t, 2t + 1), hi (k 2t + 8, 2t + 9), lo ..., lo ...} of head g = lane / 4, the
@@ -1178,9 +935,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
-#if MINIMAKV_FUSED_MERGE_KERNELS  // v13 (compiled out by default: the v12 kernels)
-  if (p.merge_counters != nullptr) FusedMergeTail<kHeadDim>(p, item.seq, kv_head, smem);
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2132,9 +1886,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim, kRowWords, kCombinePadded>(p, kv_head, warp_out, warp_max, warp_sum);
-#if MINIMAKV_FUSED_MERGE_KERNELS  // v13 (compiled out by default: the v12 kernels)
-  if (p.merge_counters != nullptr) FusedMergeTail<kHeadDim>(p, item.seq, kv_head, smem);
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2161,6 +1912,20 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize)
 // ---------------------------------------------------------------------------------------------------------
 // Merge: one warp per (sequence, query head). TQ3 items first (rotated domain), one inverse rotation, then the
 // other formats' items, all through MergePartialState (partial_state.h) on the lane's strided coordinates.
+struct MergeParams {
+  const float* part_out;
+  const float* part_lse;
+  const int32_t* indptr[kCudaMaxViews];  // [num_seqs + 1] items of seq s, view-local
+  int item_offset[kCudaMaxViews];
+  int tq3_view;  // -1 if none
+  int num_views;
+  int num_seqs;
+  int num_q_heads;
+  float* out;
+  float* lse_log2;
+  CudaSignBits signs;
+  float inv_sqrt_dim;
+};
 
 // Merges the items of one view of (seq, head) into one state, then that state into acc via MergePartialState.
 // Items in parallel: lanes reduce the max and the weight sum of the LSEs; the outputs are then accumulated with
@@ -2535,45 +2300,6 @@ Status PartialOccupancyFor(KvFormat format, int head_dim, int* ctas_per_sm) {
   return Status::Internal("unknown format");
 }
 
-// v13: the most items per sequence whose LSEs fit the partial kernel's dynamic shared memory next to the fused
-// merge's fixed area (FusedMergeTail); a plan with more falls back to the separate merge.
-template <int kHeadDim>
-int FusedMergeItemCapFor(KvFormat format) {
-  int smem_bytes = 0;
-  switch (format) {
-    case KvFormat::kBf16: smem_bytes = TileLayout<KvFormat::kBf16, kHeadDim>::kSmemBytes; break;
-    case KvFormat::kFp8: smem_bytes = TileLayout<KvFormat::kFp8, kHeadDim>::kSmemBytes; break;
-    case KvFormat::kTq3: smem_bytes = TileLayout<KvFormat::kTq3, kHeadDim>::kSmemBytes; break;
-  }
-  return std::max(0, (smem_bytes - FusedMergeFixedBytes<kHeadDim>()) / (kMaxGroup * 4));
-}
-int FusedMergeItemCap(KvFormat format, int head_dim) {
-  return head_dim == 256 ? FusedMergeItemCapFor<256>(format) : FusedMergeItemCapFor<128>(format);
-}
-
-// The merge's parameters from the plan's pieces (CudaDecodeRun: fused; CudaDecodeMergeLaunch: separate).
-MergeParams MakeMergeParams(const CudaDecodeShape& shape, int num_views, const KvFormat* formats,
-                            const size_t* indptr_offset_bytes, const int* item_offset, size_t part_out_offset_bytes,
-                            size_t part_lse_offset_bytes, uint8_t* ws, PartialStatesOut out) {
-  MergeParams merge{};
-  merge.part_out = reinterpret_cast<const float*>(ws + part_out_offset_bytes);
-  merge.part_lse = reinterpret_cast<const float*>(ws + part_lse_offset_bytes);
-  merge.tq3_view = -1;
-  merge.num_views = num_views;
-  merge.num_seqs = shape.num_seqs;
-  merge.num_q_heads = shape.num_q_heads;
-  merge.out = out.out;
-  merge.lse_log2 = out.lse_log2;
-  merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
-  merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
-  for (int v = 0; v < num_views; ++v) {
-    merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + indptr_offset_bytes[v]);
-    merge.item_offset[v] = item_offset[v];
-    if (formats[v] == KvFormat::kTq3) merge.tq3_view = v;
-  }
-  return merge;
-}
-
 // A kernel launch; programmatic = may overlap the previous kernel of the stream (see AllowDependentLaunch).
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
@@ -2613,18 +2339,11 @@ Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, 
 
 }  // namespace
 
-bool CudaFusedMergeCompiled() { return kFusedMergeKernels; }
-
 // -------------------------------------------------------------------------------------------------------------
 // Plan
 
 Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views,
                               int sm_count, CudaDecodePlan* out) {
-  return Create(shape, views, num_views, sm_count, CudaDecodeOptions{}, out);
-}
-
-Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views,
-                              int sm_count, const CudaDecodeOptions& options, CudaDecodePlan* out) {
   if (shape.num_seqs < 0) return Status::InvalidArgument("num_seqs " + std::to_string(shape.num_seqs) + " < 0");
   if (shape.head_dim != 128 && shape.head_dim != 256) {
     return Status::Unsupported("CUDA decode takes head_dim 128 or 256, not " + std::to_string(shape.head_dim));
@@ -2722,40 +2441,13 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     plan.item_offset_[v] = plan.total_items_;
     plan.total_items_ += plan.item_count_[v];
   }
-  // v13: the merge mode. Fused applies when there is a partial kernel to fuse into and every sequence's items fit
-  // the shared memory of each kernel that may complete its groups.
-  const CudaMergeMode mode = options.merge != CudaMergeMode::kDefault ? options.merge
-                             : kFusedMergeDefault                    ? CudaMergeMode::kFused
-                                                                     : CudaMergeMode::kSeparate;
-  std::vector<int32_t> empty_seqs;
-  int max_seq_items = 0;
-  for (int s = 0; s < shape.num_seqs; ++s) {
-    int seq_items = 0;
-    for (int v = 0; v < num_views; ++v) seq_items += indptr[v][s + 1] - indptr[v][s];
-    max_seq_items = std::max(max_seq_items, seq_items);
-    if (seq_items == 0) empty_seqs.push_back(s);
-  }
-  int item_cap = std::numeric_limits<int>::max();
-  for (int v = 0; v < num_views; ++v) {
-    if (plan.item_count_[v] > 0) item_cap = std::min(item_cap, FusedMergeItemCap(plan.formats_[v], shape.head_dim));
-  }
-  plan.skip_merge_ = mode == CudaMergeMode::kSkip;
-  plan.fused_merge_ = kFusedMergeKernels && mode == CudaMergeMode::kFused && plan.total_items_ > 0 &&
-                      max_seq_items <= item_cap;
-  // Workspace: [meta: items, indptrs, (fused) zeroed counters, empty sequences][rotated q][partial outs][partial lse].
+  // Workspace: [meta: items, indptrs][rotated q][partial outs][partial lse].
   size_t offset = 0;
   for (int v = 0; v < num_views; ++v) {
     plan.items_offset_bytes_[v] = offset;
     offset = AlignUp(offset + items[v].size() * sizeof(CudaWorkItem));
     plan.indptr_offset_bytes_[v] = offset;
     offset = AlignUp(offset + indptr[v].size() * sizeof(int32_t));
-  }
-  if (plan.fused_merge_) {
-    plan.counters_offset_bytes_ = offset;
-    offset = AlignUp(offset + size_t(shape.num_seqs) * shape.kv_heads * sizeof(uint32_t));
-    plan.empty_offset_bytes_ = offset;
-    plan.num_empty_ = int(empty_seqs.size());
-    offset = AlignUp(offset + empty_seqs.size() * sizeof(int32_t));
   }
   plan.meta_bytes_ = offset;
   plan.host_meta_.assign(offset, 0);
@@ -2766,9 +2458,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     std::memcpy(plan.host_meta_.data() + plan.indptr_offset_bytes_[v], indptr[v].data(),
                 indptr[v].size() * sizeof(int32_t));
-  }
-  if (plan.fused_merge_ && !empty_seqs.empty()) {  // (the counters stay zero: Upload zeroes them)
-    std::memcpy(plan.host_meta_.data() + plan.empty_offset_bytes_, empty_seqs.data(), empty_seqs.size() * sizeof(int32_t));
   }
   const size_t q_floats = size_t(shape.num_seqs) * shape.num_q_heads * shape.head_dim;
   plan.q_rot_offset_bytes_ = offset;
@@ -2833,7 +2522,6 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     }
   }
   bool programmatic = false;  // false for the step's first launch
-  [[maybe_unused]] bool empty_written = false;  // v13 fused merge: one launch writes the rows of empty sequences
   int order[kCudaMaxViews];
   int num_ordered = 0;
   for (int pass = 0; pass < 2; ++pass) {  // TQ3 views first
@@ -2874,18 +2562,6 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.num_q_heads = shape.num_q_heads;
     params.group = group;
     params.q_scale = shape.sm_scale * kLog2e;
-#if MINIMAKV_FUSED_MERGE_KERNELS
-    params.kv_heads = shape.kv_heads;
-    if (plan.fused_merge_) {
-      params.merge = MakeMergeParams(shape, plan.num_views_, plan.formats_, plan.indptr_offset_bytes_,
-                                     plan.item_offset_, plan.part_out_offset_bytes_, plan.part_lse_offset_bytes_, ws,
-                                     out);
-      params.merge_counters = reinterpret_cast<uint32_t*>(ws + plan.counters_offset_bytes_);
-      params.empty_seqs = reinterpret_cast<const int32_t*>(ws + plan.empty_offset_bytes_);
-      params.num_empty = empty_written ? 0 : plan.num_empty_;  // one launch writes the empty rows
-      empty_written = true;
-    }
-#endif
     if (shape.head_dim == 256) {
       MINIMAKV_RETURN_IF_ERROR(
           LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
@@ -2895,7 +2571,6 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     }
     programmatic = true;
   }
-  if (plan.fused_merge_ || plan.skip_merge_) return Status::Ok();  // v13: merged inside the partial kernels
   return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, programmatic);
 }
 
@@ -2912,9 +2587,22 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
     return Status::InvalidArgument("CudaDecodeMerge: null workspace or output pointer");
   }
   uint8_t* ws = static_cast<uint8_t*>(d_workspace);
-  const MergeParams merge =
-      MakeMergeParams(shape, plan.num_views_, plan.formats_, plan.indptr_offset_bytes_, plan.item_offset_,
-                      plan.part_out_offset_bytes_, plan.part_lse_offset_bytes_, ws, out);
+  MergeParams merge{};
+  merge.part_out = reinterpret_cast<const float*>(ws + plan.part_out_offset_bytes_);
+  merge.part_lse = reinterpret_cast<const float*>(ws + plan.part_lse_offset_bytes_);
+  merge.tq3_view = -1;
+  merge.num_views = plan.num_views_;
+  merge.num_seqs = shape.num_seqs;
+  merge.num_q_heads = shape.num_q_heads;
+  merge.out = out.out;
+  merge.lse_log2 = out.lse_log2;
+  merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
+  merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
+  for (int v = 0; v < plan.num_views_; ++v) {
+    merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);
+    merge.item_offset[v] = plan.item_offset_[v];
+    if (plan.formats_[v] == KvFormat::kTq3) merge.tq3_view = v;
+  }
   const int rows = shape.num_seqs * shape.num_q_heads;
   // Few items per row (batch 32: 3-5): v9's kernel, one warp per row, loads each view's first 8 items in one round
   // and launches a quarter of the warps (measured v10: 8.8 vs 10.5 us at Qwen 32K b32).

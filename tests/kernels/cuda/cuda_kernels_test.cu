@@ -464,84 +464,48 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
     pv.last_page_tokens = v.d_last;
     dviews.push_back(pv);
   }
-  // v13: every case runs with the separate merge kernel and with the merge fused into the partial kernels. Each
-  // mode: plan, upload, run (eager), then capture the run in a CUDA graph and replay it twice (the output poisoned
-  // before each replay: the fused merge's counters must be back at 0 after every step, or no CTA merges).
+  CudaDecodePlan plan;
+  STATUS_OK(CudaDecodePlan::Create(shape, lengths.data(), int(lengths.size()), sm_count, &plan));
+  GuardedBuffer ws, out, lse;
+  ws.Allocate(plan.workspace_bytes());
+  out.Allocate(q_count * 4);
+  lse.Allocate(size_t(num_seqs) * c.num_q_heads * 4);
+  CUDA_OK(cudaMemset(out.data(), 0xFF, q_count * 4));  // NaN poison: every element must be written
+  CUDA_OK(cudaMemset(lse.data(), 0xFF, size_t(num_seqs) * c.num_q_heads * 4));
+  float* d_q;
+  CUDA_OK(cudaMalloc(&d_q, q_count * 4));
+  CUDA_OK(cudaMemcpy(d_q, q.data(), q_count * 4, cudaMemcpyHostToDevice));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  struct ModeResult {
-    std::vector<float> out, lse;
-    bool fused = false;
-    int items = 0;
-  };
-  auto run_mode = [&](CudaMergeMode mode, const std::string& label) {
-    ModeResult r;
-    CudaDecodeOptions options;
-    options.merge = mode;
-    CudaDecodePlan plan;
-    STATUS_OK(CudaDecodePlan::Create(shape, lengths.data(), int(lengths.size()), sm_count, options, &plan));
-    r.fused = plan.fused_merge();
-    r.items = plan.total_items();
-    GuardedBuffer ws, out, lse;
-    ws.Allocate(plan.workspace_bytes());
-    out.Allocate(q_count * 4);
-    lse.Allocate(size_t(num_seqs) * c.num_q_heads * 4);
-    CUDA_OK(cudaMemset(ws.data(), 0xA7, plan.workspace_bytes()));  // stale bytes: Upload must zero the counters
-    CUDA_OK(cudaMemset(out.data(), 0xFF, q_count * 4));  // NaN poison: every element must be written
-    CUDA_OK(cudaMemset(lse.data(), 0xFF, size_t(num_seqs) * c.num_q_heads * 4));
-    float* d_q;
-    CUDA_OK(cudaMalloc(&d_q, q_count * 4));
-    CUDA_OK(cudaMemcpy(d_q, q.data(), q_count * 4, cudaMemcpyHostToDevice));
-    STATUS_OK(plan.Upload(ws.data(), stream));
-    PartialStatesOut states{reinterpret_cast<float*>(out.data()), reinterpret_cast<float*>(lse.data())};
-    STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
-    r.out.resize(q_count);
-    r.lse.resize(size_t(num_seqs) * c.num_q_heads);
-    CUDA_OK(cudaMemcpy(r.out.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(r.lse.data(), lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost));
+  STATUS_OK(plan.Upload(ws.data(), stream));
+  PartialStatesOut states{reinterpret_cast<float*>(out.data()), reinterpret_cast<float*>(lse.data())};
+  STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> got(q_count), got_lse(size_t(num_seqs) * c.num_q_heads);
+  CUDA_OK(cudaMemcpy(got.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
 
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    std::vector<float> replay(q_count), replay_lse(r.lse.size());
-    for (int rep = 0; rep < 2; ++rep) {
-      CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, q_count * 4, stream));
-      CUDA_OK(cudaMemsetAsync(lse.data(), 0xFF, r.lse.size() * 4, stream));
-      CUDA_OK(cudaGraphLaunch(exec, stream));
-      CUDA_OK(cudaStreamSynchronize(stream));
-      CUDA_OK(cudaMemcpy(replay.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(replay_lse.data(), lse.data(), r.lse.size() * 4, cudaMemcpyDeviceToHost));
-      CHECK(std::memcmp(replay.data(), r.out.data(), q_count * 4) == 0 &&
-                std::memcmp(replay_lse.data(), r.lse.data(), r.lse.size() * 4) == 0,
-            "%s %s: graph replay %d differs from the eager run", name.c_str(), label.c_str(), rep + 1);
-    }
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
-    CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s %s: canary overwritten",
-          name.c_str(), label.c_str());
-    CUDA_OK(cudaFree(d_q));
-    ws.Free();
-    out.Free();
-    lse.Free();
-    return r;
-  };
-  const ModeResult separate = run_mode(CudaMergeMode::kSeparate, "separate merge");
-  const ModeResult fused = run_mode(CudaMergeMode::kFused, "fused merge");
-  CHECK(!separate.fused, "%s: separate-merge plan reports a fused merge", name.c_str());
-  // Fusion must apply whenever there is a partial kernel (these cases' sequences fit the shared-memory cap) in a
-  // build that compiled it (-DMINIMAKV_FUSED_MERGE_KERNELS=1), and never otherwise.
-  CHECK(fused.fused == (CudaFusedMergeCompiled() && fused.items > 0), "%s: fused merge %s with %d items",
-        name.c_str(), fused.fused ? "applied" : "not applied", fused.items);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, q_count * 4, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> replay(q_count);
+  CUDA_OK(cudaMemcpy(replay.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
+  CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
+        name.c_str());
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
 
-  // fp64 reference over the same dequantized pages: per (sequence, query head) row the output, the LSE (base 2),
-  // sum_k p_k |v_k|^2 (the natural scale of a convex combination of the v_k), or an empty row.
-  const size_t rows = size_t(num_seqs) * c.num_q_heads;
-  std::vector<double> ref_out(q_count, 0.0), ref_lse(rows, 0.0), ref_scale2(rows, 0.0);
-  std::vector<char> empty_row(rows, 0);
+  // fp64 reference over the same dequantized pages.
+  double err2 = 0.0, ref2 = 0.0, worst_row = 0.0, worst_lse = 0.0;
+  int nonfinite = 0;
+  std::vector<double> ref(d);
   for (int s = 0; s < num_seqs; ++s) {
     // Gather this sequence's dequantized K, V per kv head (all formats).
     for (int kh = 0; kh < c.kv_heads; ++kh) {
@@ -560,12 +524,16 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
       }
       for (int gq = 0; gq < group; ++gq) {
         const int h = kh * group + gq;
-        const size_t row = size_t(s) * c.num_q_heads + h;
+        const float* qr = &q[(size_t(s) * c.num_q_heads + h) * d];
+        const float* gr = &got[(size_t(s) * c.num_q_heads + h) * d];
+        const float gl = got_lse[size_t(s) * c.num_q_heads + h];
+        for (int i = 0; i < d; ++i) nonfinite += !std::isfinite(gr[i]);
         if (keys.empty()) {
-          empty_row[row] = 1;
+          bool zero = true;
+          for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
+          CHECK(zero && gl == -INFINITY, "%s: empty seq %d head %d: lse %g, out not zero", name.c_str(), s, h, gl);
           continue;
         }
-        const float* qr = &q[row * d];
         std::vector<double> score(keys.size());
         double mx = -INFINITY;
         for (size_t k = 0; k < keys.size(); ++k) {
@@ -575,78 +543,48 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
           mx = std::max(mx, score[k]);
         }
         double sum = 0.0;
-        double* ref = &ref_out[row * d];
+        double row_scale2 = 0.0;  // sum_k p_k |v_k|^2: the natural scale of a convex combination of the v_k
+        std::fill(ref.begin(), ref.end(), 0.0);
         for (size_t k = 0; k < keys.size(); ++k) {
           const double w = std::exp(score[k] - mx);
           sum += w;
           for (int i = 0; i < d; ++i) {
             ref[i] += w * vals[k][i];
-            ref_scale2[row] += w * double(vals[k][i]) * vals[k][i];
+            row_scale2 += w * double(vals[k][i]) * vals[k][i];
           }
         }
-        for (int i = 0; i < d; ++i) ref[i] /= sum;
-        ref_scale2[row] /= sum;
-        ref_lse[row] = (mx + std::log(sum)) / std::log(2.0);
+        double row_err = 0.0, row_ref = 0.0;
+        for (int i = 0; i < d; ++i) {
+          ref[i] /= sum;
+          row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
+          row_ref += ref[i] * ref[i];
+        }
+        row_scale2 /= sum;
+        err2 += row_err;
+        ref2 += row_ref;
+        if (row_scale2 > 0) worst_row = std::max(worst_row, std::sqrt(row_err / row_scale2));
+        const double ref_lse = (mx + std::log(sum)) / std::log(2.0);
+        worst_lse = std::max(worst_lse, std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
       }
     }
   }
-  auto check_reference = [&](const ModeResult& r, const char* label) {
-    double err2 = 0.0, ref2 = 0.0, worst_row = 0.0, worst_lse = 0.0;
-    int nonfinite = 0;
-    for (size_t row = 0; row < rows; ++row) {
-      const float* gr = &r.out[row * d];
-      const float gl = r.lse[row];
-      for (int i = 0; i < d; ++i) nonfinite += !std::isfinite(gr[i]);
-      if (empty_row[row]) {
-        bool zero = true;
-        for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
-        CHECK(zero && gl == -INFINITY, "%s %s: empty row %zu: lse %g, out not zero", name.c_str(), label, row, gl);
-        continue;
-      }
-      double row_err = 0.0, row_ref = 0.0;
-      for (int i = 0; i < d; ++i) {
-        const double ref = ref_out[row * d + i];
-        row_err += (gr[i] - ref) * (gr[i] - ref);
-        row_ref += ref * ref;
-      }
-      err2 += row_err;
-      ref2 += row_ref;
-      if (ref_scale2[row] > 0) worst_row = std::max(worst_row, std::sqrt(row_err / ref_scale2[row]));
-      worst_lse = std::max(worst_lse, std::fabs(gl - ref_lse[row]) / std::max(1.0, std::fabs(ref_lse[row])));
-    }
-    const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
-    CHECK(nonfinite == 0, "%s %s: %d non-finite outputs", name.c_str(), label, nonfinite);
-    CHECK(rel <= 1e-3, "%s %s: relative L2 %.3g > 1e-3", name.c_str(), label, rel);
-    CHECK(worst_row <= 1e-3, "%s %s: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), label, worst_row);
-    // TQ3 centroids enter the MMA within 1.27e-5 relative of their fp32 values (cuda_attention.cu), which moves
-    // scores, hence the LSE, by up to ~1e-4 relative at these logit sizes.
-    CHECK(worst_lse <= 2e-4, "%s %s: worst lse relative error %.3g > 2e-4", name.c_str(), label, worst_lse);
-    std::printf("  %-58s %-5s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), label, r.items, rel,
-                worst_row, worst_lse);
-  };
-  check_reference(separate, "sep");
-  check_reference(fused, "fused");
-  // Fused against separate: the same partial states merged in another order (one max per head, class sums, one
-  // rotation of the TQ3 sum): fp32 rounding apart, so far tighter than the reference bound.
-  double diff2 = 0.0, norm2 = 0.0, lse_diff = 0.0;
-  for (size_t i = 0; i < q_count; ++i) {
-    diff2 += double(fused.out[i] - separate.out[i]) * (fused.out[i] - separate.out[i]);
-    norm2 += double(separate.out[i]) * separate.out[i];
-  }
-  for (size_t row = 0; row < rows; ++row) {
-    if (empty_row[row]) {
-      CHECK(fused.lse[row] == -INFINITY && separate.lse[row] == -INFINITY, "%s: empty row %zu lse differs",
-            name.c_str(), row);
-      continue;
-    }
-    lse_diff = std::max(lse_diff, double(std::fabs(fused.lse[row] - separate.lse[row])) /
-                                      std::max(1.0, double(std::fabs(separate.lse[row]))));
-  }
-  const double fused_rel = norm2 > 0 ? std::sqrt(diff2 / norm2) : 0.0;
-  CHECK(fused_rel <= 1e-5, "%s: fused vs separate merge relative L2 %.3g > 1e-5", name.c_str(), fused_rel);
-  CHECK(lse_diff <= 1e-6, "%s: fused vs separate merge lse relative difference %.3g > 1e-6", name.c_str(), lse_diff);
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
+  CHECK(nonfinite == 0, "%s: %d non-finite outputs", name.c_str(), nonfinite);
+  CHECK(rel <= 1e-3, "%s: relative L2 %.3g > 1e-3", name.c_str(), rel);
+  CHECK(worst_row <= 1e-3, "%s: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), worst_row);
+  // TQ3 centroids enter the MMA within 1.27e-5 relative of their fp32 values (cuda_attention.cu), which moves
+  // scores, hence the LSE, by up to ~1e-4 relative at these logit sizes.
+  CHECK(worst_lse <= 2e-4, "%s: worst lse relative error %.3g > 2e-4", name.c_str(), worst_lse);
+  CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
+        name.c_str());
+  std::printf("  %-58s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), plan.total_items(), rel,
+              worst_row, worst_lse);
 
   CUDA_OK(cudaStreamDestroy(stream));
+  CUDA_OK(cudaFree(d_q));
+  ws.Free();
+  out.Free();
+  lse.Free();
   for (HostView& v : views) {
     CUDA_OK(cudaFree(v.d_pages));
     CUDA_OK(cudaFree(v.d_indptr));
@@ -679,8 +617,7 @@ int main() {
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs; fused merge compiled: %s\n", prop.name, prop.multiProcessorCount,
-              CudaFusedMergeCompiled() ? "yes" : "no (kFused plans fall back to the separate merge)");
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::mt19937_64 rng(20261129);
 
   std::printf("append\n");
