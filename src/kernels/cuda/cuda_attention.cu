@@ -74,16 +74,10 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
-// v9: TQ3 softmax without reductions while a tile's scores stay within 1 (log2) of the running max.
-#ifndef MINIMAKV_TQ3_LAZY_MAX
-#define MINIMAKV_TQ3_LAZY_MAX 1
-#endif
 // v10: TQ3 tile copies from per-lane precomputed address parts (0 = v9's IssueTq3Tile address arithmetic per tile).
 #ifndef MINIMAKV_TQ3_LANE_COPY
 #define MINIMAKV_TQ3_LANE_COPY 1
 #endif
-// v10: merge with several warps per (sequence, query head) row, items of all views spread over the warps
-// (MergeRowKernel; 0 = the v9 kernel, one warp per row).
 // v11: TQ3 tiles of 32 keys (two 16-key MMA row blocks per copy, per softmax step and per loop iteration), so
 // the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys; per head dim
 // (MINIMAKV_TQ3_PAIR_D128 / _D256, 0 = v10's 16-key tiles; same-run A/B in docs/cuda-notes.md "v11": 3.5-5.8%
@@ -128,13 +122,6 @@ constexpr float kProbScale = 16384.0f;
 // v12: the transposed kernel's combine area with padded rows (one word per 32 dims, row stride = kHeadDim / 64 mod
 // 16 words), so that the 32 lanes' output stores of one m-tile fall in 32 banks (v11: all in one bank, 32-way
 // conflicts: ~3% of the stall samples at Qwen 64K b8), and the warps' weights once per head instead of per element.
-// v12: the regular units' scale copies (lanes 0-7) as one predicated cp.async instead of a branch around it.
-#ifndef MINIMAKV_TQ3_PREDICATED_SCALE_COPY
-#define MINIMAKV_TQ3_PREDICATED_SCALE_COPY 1
-#endif
-#ifndef MINIMAKV_COMBINE_PADDED
-#define MINIMAKV_COMBINE_PADDED 1
-#endif
 // v12: the TQ3 partial kernel rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly,
 // 1 / sqrt(d), the same operations in the same order as RotateQueryKernel, so the rotated values are bit-identical)
 // into shared memory, and builds the digit fragments from there: the step loses the rotation kernel and the
@@ -147,9 +134,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_FUSED_ROTATION_D128
 #define MINIMAKV_TQ3_FUSED_ROTATION_D128 0
 #endif
-#ifndef MINIMAKV_MERGE_ROW
-#define MINIMAKV_MERGE_ROW 1
-#endif
 constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
 constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
 constexpr int kTq3StagesD256 = MINIMAKV_TQ3_STAGES_D256;
@@ -161,8 +145,6 @@ constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
 constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 // Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
-constexpr bool kTq3LazyMax = MINIMAKV_TQ3_LAZY_MAX != 0;
-constexpr bool kMergeRow = MINIMAKV_MERGE_ROW != 0;
 // Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
 // (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
 #ifndef MINIMAKV_MERGE_ROW_WARPS_FEW  // (builds may change both to test the kernel's multi-round path)
@@ -184,24 +166,21 @@ constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
 constexpr bool kTq3SplitRingsD256 = MINIMAKV_TQ3_SPLIT_RINGS_D256 != 0;
 constexpr bool kTq3SplitRingsD128 = MINIMAKV_TQ3_SPLIT_RINGS_D128 != 0;
 constexpr bool kTq3RegularCopy = MINIMAKV_TQ3_REGULAR_COPY != 0;
-constexpr bool kCombinePadded = MINIMAKV_COMBINE_PADDED != 0;
-constexpr bool kTq3PredicatedScaleCopy = MINIMAKV_TQ3_PREDICATED_SCALE_COPY != 0;
 constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
 constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
 __host__ __device__ constexpr bool Tq3FusedRotation(int head_dim) {
   return head_dim == 256 ? kTq3FusedRotationD256 : kTq3FusedRotationD128;
 }
-// Combine area of the transposed kernel: [warp][head] rows of kCombineRow words, dim d at d + d / 32 (padded) or d.
+// Combine area of the transposed kernel: [warp][head] rows of kCombineRow words, dim d at d + d / 32 (padded).
 template <int kHeadDim>
 __host__ __device__ constexpr int CombineRowWords() {
-  if (!kCombinePadded) return kHeadDim;
   int row = kHeadDim + kHeadDim / 32;  // one pad word per 32 dims: a thread's 32-dim group g lands g banks apart
   while (row % 16 != (kHeadDim / 64) % 16) ++row;  // heads 2t: 2t * row = 8t (d 256) / 4t (d 128) banks apart
   return row;
 }
 template <int kHeadDim>
 __host__ __device__ constexpr int CombineIndex(int head, int dim) {
-  return head * CombineRowWords<kHeadDim>() + dim + (kCombinePadded ? dim / 32 : 0);
+  return head * CombineRowWords<kHeadDim>() + dim + dim / 32;
 }
 constexpr float kLazyMaxMargin = 1.0f;  // log2 units: probabilities up to 2 (fp16 P^T up to 2^15, see the kernel)
 
@@ -978,16 +957,9 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-// x >> n (n constant after unrolling). With MINIMAKV_TQ3_SHIFT_MUL it is a multiply-high by 2^(32 - n), which
-// runs on the FMA pipe instead of the integer ALU pipe that the prmt / lop3 of the expansion saturate (experiment
-// v7b, docs/cuda-notes.md).
-__device__ inline uint32_t ShiftRight(uint32_t x, int n) {
-#if defined(MINIMAKV_TQ3_SHIFT_MUL)
-  return n == 0 ? x : __umulhi(x, 1u << (32 - n));
-#else
-  return x >> n;
-#endif
-}
+// x >> n (n constant after unrolling). (v7b / v12 tried a multiply-high on the FMA pipe instead: 5% slower,
+// docs/cuda-notes.md.)
+__device__ inline uint32_t ShiftRight(uint32_t x, int n) { return x >> n; }
 
 // Selector nibbles from the bit planes p0, p1, p2 (tq3_codec.h) of 32 coordinates: nibble n (n < 8) of quarter r
 // (r < 4) = 3-bit index of coordinate 4 n + r; bit 3 of every nibble is zero (prmt reads it as "replicate sign").
@@ -1382,7 +1354,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __shared__ Tq3Tables shared_tables[kWarpSize];
   if (threadIdx.x < kWarpSize) shared_tables[threadIdx.x] = MakeTq3Tables();
   constexpr bool kImma = kFormat == KvFormat::kTq3;  // TQ3 scores on the integer tensor cores (v9)
-  constexpr bool kLazyMax = kFormat == KvFormat::kTq3 && kTq3LazyMax;
+  constexpr bool kLazyMax = kFormat == KvFormat::kTq3;  // v9: softmax without reductions while scores stay near the max
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kMaxGroup];
   __shared__ float q_rows[kImma && Tq3FusedRotation(kHeadDim) ? kMaxGroup * kHeadDim : 1];  // the group's rotated query
@@ -1504,11 +1476,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       }
     }
     const uint32_t v_offset = L::kSplitRings ? uint32_t(vs * L::kVSlotBytes) : k_offset;
-    if constexpr (kTq3PredicatedScaleCopy) {
-      CpAsync16If(unit_scale_lane, unit_scale_dst + (unit_scale_v ? v_offset : k_offset), page32 + unit_scale_src);
-    } else if (unit_scale_lane) {
-      CpAsync16(unit_scale_dst + (unit_scale_v ? v_offset : k_offset), page32 + unit_scale_src);
-    }
+    // v12: the scale copies (lanes 0-7) as one predicated cp.async instead of a branch around it.
+    CpAsync16If(unit_scale_lane, unit_scale_dst + (unit_scale_v ? v_offset : k_offset), page32 + unit_scale_src);
   };
   auto issue_unit = [&](int ks, int vs, const int (&ids)[kSub], int unit) {
     if (regular_units && unit * kSub + kSub - 1 < num_tiles) {  // warp-uniform
@@ -1885,7 +1854,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, kCombinePadded>(p, kv_head, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true>(p, kv_head, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2038,7 +2007,7 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   if (lane == 0) p.lse_log2[row] = acc_lse;
 }
 
-// v10 merge (kMergeRow): one CTA of kWarps warps per (sequence, query head) row. The row's items of
+// v10 merge: one CTA of kWarps warps per (sequence, query head) row. The row's items of
 // all views form one list (view by view); warp w takes items w, w + W, ... and loads the LSEs and outputs of its
 // first kRowUnroll items at once (beyond that, one LSE per lane too), so a row with up to W * kRowUnroll items costs
 // one dependent global round trip instead of one per view and per 8 items (v9: Qwen 32K b8 has 12 TQ3 + 7 FP8
@@ -2607,7 +2576,7 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
   // Few items per row (batch 32: 3-5): v9's kernel, one warp per row, loads each view's first 8 items in one round
   // and launches a quarter of the warps (measured v10: 8.8 vs 10.5 us at Qwen 32K b32).
   const int items_per_seq = (plan.total_items_ + shape.num_seqs - 1) / shape.num_seqs;
-  if (kMergeRow && items_per_seq > kMergeOneWarpItems) {
+  if (items_per_seq > kMergeOneWarpItems) {
     const dim3 grid(static_cast<unsigned>(rows));
     const bool few = rows < kMergeFewRows;
     const dim3 block((few ? kMergeRowWarpsFewRows : kMergeRowWarpsManyRows) * kWarpSize);
