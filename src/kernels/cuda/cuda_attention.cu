@@ -90,27 +90,11 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_PAIR_D256
 #define MINIMAKV_TQ3_PAIR_D256 1
 #endif
-// v12 experiment (off): d = 128 units of 64 keys (4 MMA row blocks per copy, softmax step and loop iteration), so the
-// per-unit fixed work counts once per 64 keys; the stages then need split rings to fit 3 CTAs per SM
-// (-DMINIMAKV_TQ3_QUAD_D128=1 -DMINIMAKV_TQ3_SPLIT_RINGS_D128=1 -DMINIMAKV_TQ3_CTAS_D128=3).
-#ifndef MINIMAKV_TQ3_QUAD_D128
-#define MINIMAKV_TQ3_QUAD_D128 0
-#endif
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D128
 #define MINIMAKV_TQ3_PAIR_STAGES_D128 3
 #endif
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D256
 #define MINIMAKV_TQ3_PAIR_STAGES_D256 3
-#endif
-// v12: pipelined TQ3 pair tiles with separate K and V rings per warp (MINIMAKV_TQ3_SPLIT_RINGS_D256 / _D128): a
-// unit's K rows are dead after its scores, its V rows after the next iteration's values, so the K ring needs one
-// slot less than the V ring (d = 256: 2 + 3 slots of 3.1 KB per warp instead of 3 stages of 6.3 KB; 71 KB per CTA,
-// so 3 CTAs per SM fit and __launch_bounds__ caps the registers at 168).
-#ifndef MINIMAKV_TQ3_SPLIT_RINGS_D256
-#define MINIMAKV_TQ3_SPLIT_RINGS_D256 0
-#endif
-#ifndef MINIMAKV_TQ3_SPLIT_RINGS_D128
-#define MINIMAKV_TQ3_SPLIT_RINGS_D128 0
 #endif
 // v12: TQ3 pair units whose two tiles lie in one page at the same position for every unit of a warp (tiles per page
 // 2, 4 or 8: pages of 32, 64 or 128 tokens) are copied as four contiguous runs from per-lane offsets computed once
@@ -159,12 +143,10 @@ constexpr int kMergeFewRows = 128;
 constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (all views) the v9 merge runs
 constexpr bool kTq3LaneCopy = MINIMAKV_TQ3_LANE_COPY != 0;
 // 16-key MMA row blocks per TQ3 tile (1, or 2 with MINIMAKV_TQ3_PAIR_D*); other formats always 1.
-constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_QUAD_D128 != 0 ? 4 : MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
+constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
 constexpr int kTq3SubTilesD256 = MINIMAKV_TQ3_PAIR_D256 != 0 ? 2 : 1;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
-constexpr bool kTq3SplitRingsD256 = MINIMAKV_TQ3_SPLIT_RINGS_D256 != 0;
-constexpr bool kTq3SplitRingsD128 = MINIMAKV_TQ3_SPLIT_RINGS_D128 != 0;
 constexpr bool kTq3RegularCopy = MINIMAKV_TQ3_REGULAR_COPY != 0;
 constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
 constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
@@ -443,7 +425,7 @@ struct TileLayout {
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kSubTiles * kTile * kKStride;
   static constexpr int kKScaleOffset = kVOffset + kSubTiles * kTile * kVStride;
-  // Room for 16 fp32 (FP8), 32 fp16 (TQ3 pairs) or 64 fp16 (TQ3 d = 128 quads) scales per run.
+  // Room for 16 fp32 (FP8) or 32 fp16 (TQ3 pairs) scales per run.
   static constexpr int kScaleRun = kSubTiles * kTile * kScaleBytes > 64 ? kSubTiles * kTile * kScaleBytes : 64;
   static constexpr int kVScaleOffset = kKScaleOffset + kScaleRun;
   static_assert(kSubTiles * kTile * kScaleBytes <= kScaleRun, "one tile's scales fit their run");
@@ -455,26 +437,7 @@ struct TileLayout {
                                  : kSubTiles >= 2     ? (kHeadDim == 256 ? kTq3PairStagesD256 : kTq3PairStagesD128)
                                  : kHeadDim == 256    ? kTq3StagesD256
                                                       : 4;
-  // Slots of the transposed kernel: K rows + K scales in K slots, V rows + V scales in V slots. Without split rings
-  // a K slot and a V slot of the same index are the two halves of one stage (kStageBytes apart per index); with
-  // them (v12, pipelined TQ3 pairs) the warp's kKSlots K slots come first, then its kVSlots V slots.
-  static constexpr bool kSplitRings = kFormat == KvFormat::kTq3 && kSubTiles >= 2 && kTq3Pipeline &&
-                                      (kHeadDim == 256 ? kTq3SplitRingsD256 : kTq3SplitRingsD128);
-  static_assert(!kSplitRings || kStages >= 3, "split rings: one K slot less than V slots, at least two");
-  static constexpr int kKSlots = kSplitRings ? kStages - 1 : kStages;
-  static constexpr int kVSlots = kStages;
-  static constexpr int kKRowsBytes = kSubTiles * kTile * kKStride;
-  static constexpr int kVRowsBytes = kSubTiles * kTile * kVStride;
-  static constexpr int kKSlotBytes = kSplitRings ? kKRowsBytes + kScaleRun : kStageBytes;
-  static constexpr int kVSlotBytes = kSplitRings ? kVRowsBytes + kScaleRun : kStageBytes;
-  static constexpr int kKSlotScaleOffset = kSplitRings ? kKRowsBytes : kKScaleOffset;
-  static constexpr int kVRingOffset = kSplitRings ? kKSlots * kKSlotBytes : kVOffset;  // V slot 0 in the warp's area
-  static constexpr int kVSlotScaleOffset = kSplitRings ? kVRowsBytes : kVScaleOffset - kVOffset;
-  static constexpr int kWarpStagesBytes = kSplitRings ? kKSlots * kKSlotBytes + kVSlots * kVSlotBytes
-                                                      : kStages * kStageBytes;
-  static_assert(kKSlotScaleOffset + kScaleRun <= kKSlotBytes &&
-                    kVRingOffset + (kVSlots - 1) * kVSlotBytes + kVSlotScaleOffset + kScaleRun <= kWarpStagesBytes,
-                "the last K and V slots' scale runs end inside the warp's area");
+  static constexpr int kWarpStagesBytes = kStages * kStageBytes;
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (CombineRowWords<kHeadDim>() + 2) * 4;
   static constexpr int kStagesBytes = kDecodeWarps * kWarpStagesBytes;
@@ -1373,10 +1336,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int head_row = kv_head * page_tokens;
   uint8_t* my_stages = stages_base + warp * L::kWarpStagesBytes;
   const uint32_t my_stages_addr = uint32_t(__cvta_generic_to_shared(my_stages));
-  // Slot bases: K slot k at my_stages + k kKSlotBytes, V slot v at my_stages + kVRingOffset + v kVSlotBytes (one
-  // stage = K slot and V slot of the same index, see TileLayout).
-  auto k_slot = [&](int slot) { return my_stages + slot * L::kKSlotBytes; };
-  auto v_slot = [&](int slot) { return my_stages + L::kVRingOffset + slot * L::kVSlotBytes; };
+  auto k_rows_of = [&](int stage) { return my_stages + stage * L::kStageBytes; };  // K rows at kKOffset = 0
+  auto v_rows_of = [&](int stage) { return my_stages + L::kVOffset + stage * L::kStageBytes; };
 
   // A warp's tiles are warp, warp + 4, ...; tile -> (page of the item, tile in that page) by a multiply-high with
   // ceil(2^32 / tiles_per_page), exact while tile * tiles_per_page < 2^32 (tiles < 2^20, tiles_per_page <= 4096).
@@ -1394,37 +1355,26 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       uint32_t(scales_section + (lane >= 2 ? v_scales_section : 0) + head_row * L::kScaleBytes + 16 * (lane & 1));
   const bool scale_lane_v = lane >= 2;
   const uint32_t lane_scale_dst =
-      my_stages_addr + (scale_lane_v ? L::kVRingOffset + L::kVSlotScaleOffset : L::kKSlotScaleOffset) + 16 * (lane & 1);
+      my_stages_addr + (scale_lane_v ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
   const uint32_t page_bytes32 = uint32_t(page_bytes);
-  // Copies of a tile into K slot ks and V slot vs (the same index without split rings); sub = the 16-key row
-  // block of the slots (TQ3 pair tiles: 0 or 1).
-  auto issue_tile_copies = [&](int ks, int vs, int page_id, int tile, int sub) {
+  // Copies of a tile into stage; sub = the 16-key row block of the stage (TQ3 pair tiles: 0 or 1).
+  auto issue_tile_copies = [&](int stage, int page_id, int tile, int sub) {
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
     if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
       const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
       const uint32_t sub_offset = uint32_t(sub * kTile * L::kCodeBytes);
-      uint32_t scale_slot_offset;
-      if constexpr (L::kSplitRings) {
-        const uint32_t k_offset = uint32_t(ks * L::kKSlotBytes);
-        const uint32_t v_offset = uint32_t(L::kVRingOffset + vs * L::kVSlotBytes);
-        IssueTq3TileLane<kHeadDim, 0>(lane_dst + k_offset + sub_offset, lane_dst + v_offset + sub_offset, k_lane,
-                                      k_lane + v_codes_section, lane);
-        scale_slot_offset = scale_lane_v ? uint32_t(vs * L::kVSlotBytes) : k_offset;
-      } else {
-        const uint32_t stage_offset = uint32_t(ks * L::kStageBytes);
-        const uint32_t dst = lane_dst + stage_offset + sub_offset;
-        IssueTq3TileLane<kHeadDim, L::kVOffset>(dst, dst, k_lane, k_lane + v_codes_section, lane);
-        scale_slot_offset = stage_offset;
-      }
+      const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
+      const uint32_t dst = lane_dst + stage_offset + sub_offset;
+      IssueTq3TileLane<kHeadDim, L::kVOffset>(dst, dst, k_lane, k_lane + v_codes_section, lane);
       if (scale_lane) {
-        CpAsync16(lane_scale_dst + scale_slot_offset + uint32_t(sub * kTile * L::kScaleBytes),
+        CpAsync16(lane_scale_dst + stage_offset + uint32_t(sub * kTile * L::kScaleBytes),
                   page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
       }
     } else {
-      static_assert(kSub == 1 && !L::kSplitRings, "pair tiles need the lane copies (MINIMAKV_TQ3_LANE_COPY)");
+      static_assert(kSub == 1, "pair tiles need the lane copies (MINIMAKV_TQ3_LANE_COPY)");
       const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
-      IssueTransposedTile<kFormat, kHeadDim>(my_stages + ks * L::kStageBytes, page, p.layout, kv_head, tok0,
+      IssueTransposedTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0,
                                              head_row, v_codes_section, scales_section, v_scales_section, lane);
     }
   };
@@ -1454,7 +1404,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
   const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
-  constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;  // per run: 4 (pairs) or 8 (quads)
+  constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;  // per run: 4 (pairs)
   const bool unit_scale_lane = lane < 2 * kUnitScaleChunks;
   const bool unit_scale_v = lane >= kUnitScaleChunks;
   const int unit_scale_chunk = lane % kUnitScaleChunks;
@@ -1462,39 +1412,34 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
                                            (head_row + warp_tok0) * L::kScaleBytes + 16 * unit_scale_chunk);
   const uint32_t unit_scale_dst =
       my_stages_addr + 16 * unit_scale_chunk +
-      uint32_t(unit_scale_v ? L::kVRingOffset + L::kVSlotScaleOffset : L::kKSlotScaleOffset);
-  auto issue_regular_unit = [&](int ks, int vs, int page_id) {
+      uint32_t(unit_scale_v ? L::kVScaleOffset : L::kKScaleOffset);
+  auto issue_regular_unit = [&](int stage, int page_id) {
     const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
     const uint8_t* k_src = page32 + unit_k_src;
-    const uint32_t k_offset = uint32_t(ks * L::kKSlotBytes);
-    if constexpr (kSub >= 2) {  // (kUnitChunks is a multiple of 32 only for pairs and quads)
-      CopyRunLane<kUnitChunks, 0>(lane_dst + k_offset, k_src);
-      if constexpr (L::kSplitRings) {
-        CopyRunLane<kUnitChunks, L::kVRingOffset>(lane_dst + uint32_t(vs * L::kVSlotBytes), k_src + v_codes_section);
-      } else {
-        CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + k_offset, k_src + v_codes_section);
-      }
+    const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
+    if constexpr (kSub >= 2) {  // (kUnitChunks is a multiple of 32 only for pairs)
+      CopyRunLane<kUnitChunks, 0>(lane_dst + stage_offset, k_src);
+      CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + stage_offset, k_src + v_codes_section);
     }
-    const uint32_t v_offset = L::kSplitRings ? uint32_t(vs * L::kVSlotBytes) : k_offset;
     // v12: the scale copies (lanes 0-7) as one predicated cp.async instead of a branch around it.
-    CpAsync16If(unit_scale_lane, unit_scale_dst + (unit_scale_v ? v_offset : k_offset), page32 + unit_scale_src);
+    CpAsync16If(unit_scale_lane, unit_scale_dst + stage_offset, page32 + unit_scale_src);
   };
-  auto issue_unit = [&](int ks, int vs, const int (&ids)[kSub], int unit) {
+  auto issue_unit = [&](int stage, const int (&ids)[kSub], int unit) {
     if (regular_units && unit * kSub + kSub - 1 < num_tiles) {  // warp-uniform
-      issue_regular_unit(ks, vs, ids[0]);
+      issue_regular_unit(stage, ids[0]);
       return;
     }
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
       const int tile = unit * kSub + sub;
-      if (tile < num_tiles) issue_tile_copies(ks, vs, sub > 0 && pair_in_page ? ids[0] : ids[sub], tile, sub);
+      if (tile < num_tiles) issue_tile_copies(stage, sub > 0 && pair_in_page ? ids[0] : ids[sub], tile, sub);
     }
   };
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
     int ids[kSub];
     unit_page_ids(issue_tile, ids);
-    issue_unit(s, s, ids, issue_tile);
+    issue_unit(s, ids, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
@@ -1541,24 +1486,20 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   };
   int next_page_id[kSub];
   prefetch_page_ids(issue_tile, next_page_id);
-  // Ring positions: read_k / read_v = the slots of the unit to compute, write_k / write_v = those of the next copy
-  // (without split rings the K and V positions are equal and the compiler keeps one counter).
-  int read_k = 0;
-  int read_v = 0;
-  int write_k = (L::kStages - 1) % L::kKSlots;
-  int write_v = L::kStages - 1;
-  auto issue_next = [&]() {  // unit issue_tile into the slots freed by this iteration (previous unit's V, this K)
-    issue_unit(write_k, L::kSplitRings ? write_v : write_k, next_page_id, issue_tile);
+  // Ring positions: read_stage = the stage of the unit to compute, write_stage = that of the next copy.
+  int read_stage = 0;
+  int write_stage = L::kStages - 1;
+  auto issue_next = [&]() {  // unit issue_tile into the stage freed by this iteration
+    issue_unit(write_stage, next_page_id, issue_tile);
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
     next_page_index += page_step;
     prefetch_page_ids(issue_tile, next_page_id);
-    write_k = write_k + 1 == L::kKSlots ? 0 : write_k + 1;
-    if constexpr (L::kSplitRings) write_v = write_v + 1 == L::kVSlots ? 0 : write_v + 1;
+    write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
   };
   // Pipelined: the previous tile's stage, valid keys and P^T fragments. The first iteration's value phase reads the
   // current (loaded) stage with zero probabilities: it adds exact zeros (expanded codes are finite).
-  int prev_v = 0;
+  int prev_stage = 0;
   int prev_valid[kSub];
   uint32_t prev_pb0[kSub];
   uint32_t prev_pb1[kSub];
@@ -1574,11 +1515,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     // previous iteration), so kStages - 2 groups may stay pending.
     CpAsyncWait<kPipeline ? L::kStages - 2 : L::kStages - 1>();
     __syncwarp();
-    const int cur_v = L::kSplitRings ? read_v : read_k;
-    const uint8_t* k_stage = k_slot(read_k);
-    const uint8_t* v_stage = v_slot(cur_v);
-    read_k = read_k + 1 == L::kKSlots ? 0 : read_k + 1;
-    if constexpr (L::kSplitRings) read_v = read_v + 1 == L::kVSlots ? 0 : read_v + 1;
+    const int cur_stage = read_stage;
+    const uint8_t* k_stage = k_rows_of(cur_stage);
+    const uint8_t* v_stage = v_rows_of(cur_stage);
+    read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
 
     // sc[sub][kk][hh]: key (kk ? 8 + g : g) of row block sub, head 2t + hh.
     float sc[kSub][2][2];
@@ -1657,7 +1597,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         }
       }
       if constexpr (kPipeline) {  // the previous unit's values of block sub (independent of this unit's scores)
-        TransposedValueTile<kFormat, kHeadDim>(v_slot(prev_v) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
+        TransposedValueTile<kFormat, kHeadDim>(v_rows_of(prev_stage) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
                                                tab, prev_pb0[sub], prev_pb1[sub], o_acc);
       }
       // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
@@ -1665,17 +1605,17 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       key_valid[sub][1] = 8 + g < valid[sub];
       float k_scale[2];
       if constexpr (kImma) {
-        const __half* k_scales = reinterpret_cast<const __half*>(k_stage + L::kKSlotScaleOffset) + sub * kTile;
-        const __half* v_scales = reinterpret_cast<const __half*>(v_stage + L::kVSlotScaleOffset) + sub * kTile;
+        const __half* k_scales = reinterpret_cast<const __half*>(k_stage + L::kKScaleOffset) + sub * kTile;
+        const __half* v_scales = reinterpret_cast<const __half*>(v_stage + L::kVScaleOffset - L::kVOffset) + sub * kTile;
         k_scale[0] = __half2float(k_scales[key_a]);
         k_scale[1] = __half2float(k_scales[key_b]);
         v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;  // unused slot: maybe NaN
         v_scale[sub][1] = key_valid[sub][1] ? __half2float(v_scales[key_b]) : 0.0f;
       } else {
-        k_scale[0] = StagedScale<kFormat>(k_stage + L::kKSlotScaleOffset, key_a);
-        k_scale[1] = StagedScale<kFormat>(k_stage + L::kKSlotScaleOffset, key_b);
-        v_scale[sub][0] = StagedScale<kFormat>(v_stage + L::kVSlotScaleOffset, key_a);
-        v_scale[sub][1] = StagedScale<kFormat>(v_stage + L::kVSlotScaleOffset, key_b);
+        k_scale[0] = StagedScale<kFormat>(k_stage + L::kKScaleOffset, key_a);
+        k_scale[1] = StagedScale<kFormat>(k_stage + L::kKScaleOffset, key_b);
+        v_scale[sub][0] = StagedScale<kFormat>(v_stage + L::kVScaleOffset - L::kVOffset, key_a);
+        v_scale[sub][1] = StagedScale<kFormat>(v_stage + L::kVScaleOffset - L::kVOffset, key_b);
       }
       if constexpr (kImma) {
         // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at
@@ -1802,7 +1742,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       }
       __syncwarp();  // this stage is refilled by a later iteration's copies
     } else {
-      prev_v = cur_v;
+      prev_stage = cur_stage;
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
         prev_valid[sub] = valid[sub];
@@ -1817,7 +1757,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if (warp < num_units) {  // the last unit's values
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim>(v_slot(prev_v) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
+        TransposedValueTile<kFormat, kHeadDim>(v_rows_of(prev_stage) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
                                                tab, prev_pb0[sub], prev_pb1[sub], o_acc);
       }
     }
