@@ -50,20 +50,15 @@ constexpr float kTq3InvUnitsPerMagnitude = 1.0f / kTq3UnitsPerMagnitude;
 // fp16 probabilities are scaled by 2^14 (folded into v_unit) so that p * scale / max_scale stays in the normal
 // fp16 range instead of underflowing to subnormals.
 constexpr float kProbScale = 16384.0f;
-// Kernel configuration (v8, measured in docs/cuda-notes.md; a build may override each macro for experiments,
-// bench/cuda/kernel_variants.sh). TQ3 d = 256: 3 CTAs per SM (up to 168 registers: room for the pipelined phases),
-// 4 stages per warp; d = 128: 4 CTAs. Two score chains per query part. FP8 pages go through the transposed kernel.
+// Kernel configuration (measured in docs/cuda-notes.md v8-v12; its "Build switches" paragraph lists the switches
+// removed in session 5 with the commit that still has their code). A build may override the remaining macros for
+// experiments (bench/cuda/kernel_variants.sh). TQ3 CTAs per SM (__launch_bounds__ cap; shared memory may allow fewer:
+// d = 256 pair stages fit 2): occupancy levers, no code path behind them.
 #ifndef MINIMAKV_TQ3_CTAS_D256
 #define MINIMAKV_TQ3_CTAS_D256 3
 #endif
 #ifndef MINIMAKV_TQ3_CTAS_D128
 #define MINIMAKV_TQ3_CTAS_D128 4
-#endif
-#ifndef MINIMAKV_TQ3_STAGES_D256
-#define MINIMAKV_TQ3_STAGES_D256 4
-#endif
-#ifndef MINIMAKV_TQ3_PIPELINE
-#define MINIMAKV_TQ3_PIPELINE 1
 #endif
 #ifndef MINIMAKV_FP8_TRANSPOSED_D128
 #define MINIMAKV_FP8_TRANSPOSED_D128 1
@@ -74,34 +69,17 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
-// v10: TQ3 tile copies from per-lane precomputed address parts (0 = v9's IssueTq3Tile address arithmetic per tile).
-#ifndef MINIMAKV_TQ3_LANE_COPY
-#define MINIMAKV_TQ3_LANE_COPY 1
-#endif
 // v11: TQ3 tiles of 32 keys (two 16-key MMA row blocks per copy, per softmax step and per loop iteration), so
-// the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys; per head dim
-// (MINIMAKV_TQ3_PAIR_D128 / _D256, 0 = v10's 16-key tiles; same-run A/B in docs/cuda-notes.md "v11": 3.5-5.8%
-// faster). MINIMAKV_TQ3_PAIR_STAGES_D* stages of 32 keys per warp (3: one tile in flight while the warp computes the
-// next and the values of the previous one, the bytes in flight of the 16-key kernel's 4 stages). d = 256 pairs
-// need ~210 registers and 75 KB of stages per CTA: 2 CTAs per SM (v10: 3).
-#ifndef MINIMAKV_TQ3_PAIR_D128
-#define MINIMAKV_TQ3_PAIR_D128 1
-#endif
-#ifndef MINIMAKV_TQ3_PAIR_D256
-#define MINIMAKV_TQ3_PAIR_D256 1
-#endif
+// the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys (same-run A/B in
+// docs/cuda-notes.md "v11": 3.5-5.8% faster than 16-key tiles). MINIMAKV_TQ3_PAIR_STAGES_D* stages of 32 keys per
+// warp (3: one tile in flight while the warp computes the next and the values of the previous one; a stage-depth
+// lever, v12 measured 4 at d = 128: +0.6%). d = 256 pairs need ~210 registers and 75 KB of stages per CTA: 2 CTAs
+// per SM (v10: 3).
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D128
 #define MINIMAKV_TQ3_PAIR_STAGES_D128 3
 #endif
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D256
 #define MINIMAKV_TQ3_PAIR_STAGES_D256 3
-#endif
-// v12: TQ3 pair units whose two tiles lie in one page at the same position for every unit of a warp (tiles per page
-// 2, 4 or 8: pages of 32, 64 or 128 tokens) are copied as four contiguous runs from per-lane offsets computed once
-// (MINIMAKV_TQ3_REGULAR_COPY; 0 = v11's per-tile copies: page position, tok0 and two runs per tile, ~120 warp
-// instructions and 19% of the stall samples per 32-key unit at Qwen 64K b8, ncu source counters, docs/cuda-notes.md).
-#ifndef MINIMAKV_TQ3_REGULAR_COPY
-#define MINIMAKV_TQ3_REGULAR_COPY 1
 #endif
 // v12: the transposed kernel's combine area with padded rows (one word per 32 dims, row stride = kHeadDim / 64 mod
 // 16 words), so that the 32 lanes' output stores of one m-tile fall in 32 banks (v11: all in one bank, 32-way
@@ -120,10 +98,6 @@ constexpr float kProbScale = 16384.0f;
 #endif
 constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
 constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
-constexpr int kTq3StagesD256 = MINIMAKV_TQ3_STAGES_D256;
-// Software pipelining: the value phase of a warp's previous tile runs after the score phase of its current tile
-// (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
-constexpr bool kTq3Pipeline = MINIMAKV_TQ3_PIPELINE != 0;
 // FP8 pages through the transposed kernel (DecodePartialTransposedKernel) instead of DecodePartialKernel.
 constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
 constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
@@ -141,13 +115,8 @@ constexpr int kMergeRowWarpsFewRows = MINIMAKV_MERGE_ROW_WARPS_FEW;
 constexpr int kMergeRowWarpsManyRows = MINIMAKV_MERGE_ROW_WARPS_MANY;
 constexpr int kMergeFewRows = 128;
 constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (all views) the v9 merge runs
-constexpr bool kTq3LaneCopy = MINIMAKV_TQ3_LANE_COPY != 0;
-// 16-key MMA row blocks per TQ3 tile (1, or 2 with MINIMAKV_TQ3_PAIR_D*); other formats always 1.
-constexpr int kTq3SubTilesD128 = MINIMAKV_TQ3_PAIR_D128 != 0 ? 2 : 1;
-constexpr int kTq3SubTilesD256 = MINIMAKV_TQ3_PAIR_D256 != 0 ? 2 : 1;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
-constexpr bool kTq3RegularCopy = MINIMAKV_TQ3_REGULAR_COPY != 0;
 constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
 constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
 __host__ __device__ constexpr bool Tq3FusedRotation(int head_dim) {
@@ -414,9 +383,8 @@ struct DecodeParams {
 template <KvFormat kFormat, int kHeadDim>
 struct TileLayout {
   static constexpr int kTile = kCudaKeyTileTokens;
-  // 16-key row blocks per staged tile (TQ3 with MINIMAKV_TQ3_PAIR_D*: 2, rows of block h at h * kTile).
-  static constexpr int kSubTiles =
-      kFormat != KvFormat::kTq3 ? 1 : kHeadDim == 256 ? kTq3SubTilesD256 : kTq3SubTilesD128;
+  // 16-key row blocks per staged tile (TQ3 pairs, v11: 2, rows of block h at h * kTile; other formats 1).
+  static constexpr int kSubTiles = kFormat != KvFormat::kTq3 ? 1 : 2;
   static constexpr int kCodeBytes = int(CodeBytesPerVector(kFormat, kHeadDim));
   static constexpr int kScaleBytes = int(ScaleBytesPerVector(kFormat));
   static constexpr bool kPadded = kFormat != KvFormat::kTq3;
@@ -431,12 +399,11 @@ struct TileLayout {
   static_assert(kSubTiles * kTile * kScaleBytes <= kScaleRun, "one tile's scales fit their run");
   static constexpr int kStageBytes = kVScaleOffset + kScaleRun;
   // Stages per warp: each SM should keep ~50-100 KB of loads in flight.
-  // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 tiles are small and compute heavy: 4 stages
-  // (kTq3StagesD256 at d = 256; the pipelined TQ3 kernel keeps kStages - 2 tiles in flight while it computes).
+  // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 pair tiles are small and compute heavy:
+  // kTq3PairStagesD* (the pipelined TQ3 kernel keeps kStages - 2 of them in flight while it computes).
   static constexpr int kStages = kFormat != KvFormat::kTq3 ? 2
-                                 : kSubTiles >= 2     ? (kHeadDim == 256 ? kTq3PairStagesD256 : kTq3PairStagesD128)
-                                 : kHeadDim == 256    ? kTq3StagesD256
-                                                      : 4;
+                                 : kHeadDim == 256        ? kTq3PairStagesD256
+                                                          : kTq3PairStagesD128;
   static constexpr int kWarpStagesBytes = kStages * kStageBytes;
   static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
   static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (CombineRowWords<kHeadDim>() + 2) * 4;
@@ -456,8 +423,7 @@ __device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src));
 }
-// (Unused when a build turns MINIMAKV_TQ3_LANE_COPY off.)
-[[maybe_unused]] __device__ inline void CpAsync16(uint32_t smem_dst, const void* global_src) {
+__device__ inline void CpAsync16(uint32_t smem_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_dst), "l"(global_src));
 }
 // The same with constant byte offsets on both addresses (immediates of the instruction, no address arithmetic).
@@ -892,7 +858,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 //     lookups and the lo/hi interleave directly produce the key-paired registers of the value MMA.
 //  4. prmt through inline PTX (__byte_perm masks its selector with 0x7777 first: one more op per lookup),
 //     tile / page positions tracked incrementally (no integer division per tile), tile copies fully unrolled.
-//  5. (v8) TQ3 is software-pipelined (kTq3Pipeline): the score phase of a warp's tile i and the value phase of
+//  5. (v8) TQ3 is software-pipelined (kPipeline): the score phase of a warp's tile i and the value phase of
 //     its tile i - 1 are one instruction stream. FP8 uses the same structure with hardware E4M3 conversions
 //     (value bytes of two keys interleaved by one prmt before the conversion: key-paired registers directly).
 //  6. (v9) TQ3 scores on the integer tensor cores (kImma, mma m16n8k32 s8): keys as two exact int8 digits from
@@ -1120,25 +1086,24 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   }
 }
 
-// The code runs of one TQ3 tile with the addresses precomputed per lane (k_dst_lane = K rows + 16 lane, v_dst_lane +
-// kVDstOffset = V rows + 16 lane, k_lane / v_lane = the runs' sources + 16 lane): one to three rounds of 16-byte
-// copies per run; the scales are copied by the caller. (One stage: v_dst_lane = k_dst_lane, kVDstOffset = kVOffset.)
-template <int kHeadDim, int kVDstOffset>
-__device__ inline void IssueTq3TileLane(uint32_t k_dst_lane, uint32_t v_dst_lane, const uint8_t* k_lane,
-                                        const uint8_t* v_lane, int lane) {
+// The code runs of one TQ3 tile with the addresses precomputed per lane (dst_lane = the stage's row block + 16 lane:
+// K rows at + kKOffset, V rows at + kVOffset; k_lane / v_lane = the runs' sources + 16 lane): one to three rounds of
+// 16-byte copies per run; the scales are copied by the caller.
+template <int kHeadDim>
+__device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane, const uint8_t* v_lane, int lane) {
   using L = TileLayout<KvFormat::kTq3, kHeadDim>;
   constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
   constexpr int kRound = 16 * kWarpSize;
   static_assert(kCodeChunks >= kWarpSize && kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
-  CpAsync16Imm<L::kKOffset, 0>(k_dst_lane, k_lane);
-  CpAsync16Imm<kVDstOffset, 0>(v_dst_lane, v_lane);
+  CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
+  CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
   if (kCodeChunks >= 2 * kWarpSize || (kCodeChunks > kWarpSize && lane + kWarpSize < kCodeChunks)) {
-    CpAsync16Imm<L::kKOffset + kRound, kRound>(k_dst_lane, k_lane);
-    CpAsync16Imm<kVDstOffset + kRound, kRound>(v_dst_lane, v_lane);
+    CpAsync16Imm<L::kKOffset + kRound, kRound>(dst_lane, k_lane);
+    CpAsync16Imm<L::kVOffset + kRound, kRound>(dst_lane, v_lane);
   }
   if (kCodeChunks >= 3 * kWarpSize || (kCodeChunks > 2 * kWarpSize && lane + 2 * kWarpSize < kCodeChunks)) {
-    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(k_dst_lane, k_lane);
-    CpAsync16Imm<kVDstOffset + 2 * kRound, 2 * kRound>(v_dst_lane, v_lane);
+    CpAsync16Imm<L::kKOffset + 2 * kRound, 2 * kRound>(dst_lane, k_lane);
+    CpAsync16Imm<L::kVOffset + 2 * kRound, 2 * kRound>(dst_lane, v_lane);
   }
 }
 
@@ -1150,27 +1115,6 @@ __device__ inline void CopyRunLane(uint32_t dst_lane, const uint8_t* src_lane) {
   if constexpr (kRound < kChunks / kWarpSize) {
     CpAsync16Imm<kDstOffset + kRound * 16 * kWarpSize, kRound * 16 * kWarpSize>(dst_lane, src_lane);
     CopyRunLane<kChunks, kDstOffset, kRound + 1>(dst_lane, src_lane);
-  }
-}
-
-// Copies of one TQ3 tile (16 tokens starting at the page-section row head_token = kv_head * page_tokens + tok0):
-// K codes, V codes, K scales, V scales, byte-for-byte into the stage. The whole warp, no loop.
-template <int kHeadDim>
-__device__ inline void IssueTq3Tile(uint8_t* stage, const uint8_t* page, int head_token, int v_codes_section,
-                                    int scales_section, int v_scales_section, int lane) {
-  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
-  // One 64-bit source address per run and one shared address per lane; the chunk offsets are immediates of the
-  // copy instructions (v8: ~20 integer ops per tile less than 64-bit address arithmetic per chunk).
-  const uint8_t* k_lane = page + head_token * L::kCodeBytes + 16 * lane;
-  const uint32_t dst_lane = uint32_t(__cvta_generic_to_shared(stage)) + 16 * lane;
-  IssueTq3TileLane<kHeadDim, L::kVOffset>(dst_lane, dst_lane, k_lane, k_lane + v_codes_section, lane);
-  static_assert(L::kScaleBytes == 2, "TQ3 scales are fp16");
-  // 16 fp16 scales = two 16-byte chunks per run: lanes 0-1 K scales, lanes 2-3 V scales.
-  if (lane < 4) {
-    const int part = lane & 1;
-    const bool is_v = lane >= 2;
-    CpAsync16(stage + (is_v ? L::kVScaleOffset : L::kKScaleOffset) + 16 * part,
-              page + scales_section + (is_v ? v_scales_section : 0) + head_token * L::kScaleBytes + 16 * part);
   }
 }
 
@@ -1275,23 +1219,13 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
   }
 }
 
-// Copies of one tile into a stage: TQ3 byte-for-byte (IssueTq3Tile), FP8 into padded rows (IssueTile).
-template <KvFormat kFormat, int kHeadDim>
-__device__ inline void IssueTransposedTile(uint8_t* stage, const uint8_t* page, const PageLayout& layout, int kv_head,
-                                           int tok0, int head_row, int v_codes_section, int scales_section,
-                                           int v_scales_section, int lane) {
-  if constexpr (kFormat == KvFormat::kTq3) {
-    IssueTq3Tile<kHeadDim>(stage, page, head_row + tok0, v_codes_section, scales_section, v_scales_section, lane);
-  } else {
-    IssueTile<kFormat, kHeadDim>(stage, page, layout, kv_head, tok0, lane);
-  }
-}
-
 template <KvFormat kFormat, int kHeadDim>
 __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
     DecodePartialTransposedKernel(DecodeParams p) {
   using L = TileLayout<kFormat, kHeadDim>;
-  constexpr bool kPipeline = kFormat == KvFormat::kTq3 && kTq3Pipeline;
+  // TQ3 software pipelining (v8): the value phase of a warp's previous unit runs after the score phase of its current
+  // unit (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
+  constexpr bool kPipeline = kFormat == KvFormat::kTq3;
   constexpr int kBlocks = kHeadDim / kBlockDims;
   constexpr int kMTiles = kHeadDim / 16;
   constexpr int kTile = kCudaKeyTileTokens;
@@ -1360,22 +1294,20 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // Copies of a tile into stage; sub = the 16-key row block of the stage (TQ3 pair tiles: 0 or 1).
   auto issue_tile_copies = [&](int stage, int page_id, int tile, int sub) {
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
-    if constexpr (kFormat == KvFormat::kTq3 && kTq3LaneCopy) {
+    if constexpr (kFormat == KvFormat::kTq3) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
       const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
       const uint32_t sub_offset = uint32_t(sub * kTile * L::kCodeBytes);
       const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
-      const uint32_t dst = lane_dst + stage_offset + sub_offset;
-      IssueTq3TileLane<kHeadDim, L::kVOffset>(dst, dst, k_lane, k_lane + v_codes_section, lane);
+      IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset + sub_offset, k_lane, k_lane + v_codes_section, lane);
       if (scale_lane) {
         CpAsync16(lane_scale_dst + stage_offset + uint32_t(sub * kTile * L::kScaleBytes),
                   page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
       }
     } else {
-      static_assert(kSub == 1, "pair tiles need the lane copies (MINIMAKV_TQ3_LANE_COPY)");
+      static_assert(kSub == 1, "FP8: 16-key tiles");  // into padded rows
       const uint8_t* page = p.pages + size_t(page_id) * page_bytes;
-      IssueTransposedTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0,
-                                             head_row, v_codes_section, scales_section, v_scales_section, lane);
+      IssueTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0, lane);
     }
   };
   // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + 4, ...
@@ -1394,12 +1326,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       ids[sub] = tile < num_tiles && !(sub > 0 && pair_in_page) ? item_page_ids[page_of(tile)] : 0;
     }
   };
-  // v12 regular pair copies (kTq3RegularCopy): with tiles_per_page in {2, 4, 8} (dividing the 8 tiles a warp advances
+  // v12 regular pair copies: with tiles_per_page in {2, 4, 8} (dividing the 8 tiles a warp advances
   // per unit) a warp's unit u = warp + 4 j starts at tile 2 warp mod tiles_per_page of its page in every iteration,
   // and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows (kUnitChunks
   // 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
   // computed here once; a unit's copies cost one page base and a few adds.
-  const bool regular_units = kTq3RegularCopy && kFormat == KvFormat::kTq3 && kTq3LaneCopy && pair_in_page &&
+  const bool regular_units = kFormat == KvFormat::kTq3 && pair_in_page &&
                              (kSub * kDecodeWarps) % tiles_per_page == 0;
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
