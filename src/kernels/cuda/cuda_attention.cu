@@ -60,12 +60,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_TQ3_CTAS_D128
 #define MINIMAKV_TQ3_CTAS_D128 4
 #endif
-#ifndef MINIMAKV_FP8_TRANSPOSED_D128
-#define MINIMAKV_FP8_TRANSPOSED_D128 1
-#endif
-#ifndef MINIMAKV_FP8_TRANSPOSED_D256
-#define MINIMAKV_FP8_TRANSPOSED_D256 1
-#endif
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
@@ -98,9 +92,6 @@ constexpr float kProbScale = 16384.0f;
 #endif
 constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
 constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
-// FP8 pages through the transposed kernel (DecodePartialTransposedKernel) instead of DecodePartialKernel.
-constexpr bool kFp8TransposedD128 = MINIMAKV_FP8_TRANSPOSED_D128 != 0;
-constexpr bool kFp8TransposedD256 = MINIMAKV_FP8_TRANSPOSED_D256 != 0;
 // Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
 // Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
@@ -232,54 +223,20 @@ __device__ inline Tq3Tables MakeTq3Tables() {
   return t;
 }
 
-// Expands kCoords (16 or 32) TQ3 coordinates (bits [0, kCoords) of the three plane words) into kCoords / 2 fp16x2
-// registers. Register rho = r * (kCoords / 8) + h holds coordinates (8 h + r, 8 h + 4 + r) (low, high half).
-// One quarter (r) of ExpandTq3: the kCoords / 8 registers rho = r * (kCoords / 8) + h, h < kCoords / 8.
-template <int kCoords>
-__device__ inline void ExpandTq3Quarter(uint32_t p0, uint32_t p1, uint32_t p2, int r, const Tq3Tables& tab,
-                                        uint32_t (&out)[kCoords / 8]) {
-  // Nibble n = 3-bit index of coordinate 4 n + r (bit 3 stays 0: plain byte select in prmt).
-  const uint32_t nib =
-      ((p0 >> r) & 0x11111111u) | (((p1 >> r) << 1) & 0x22222222u) | (((p2 >> r) << 2) & 0x44444444u);
-#pragma unroll
-  for (int half = 0; half < kCoords / 16; ++half) {
-    const uint32_t sel = nib >> (16 * half);
-    const uint32_t lo4 = __byte_perm(tab.lo, tab.lo, sel);
-    const uint32_t hi4 = __byte_perm(tab.hi_pos, tab.hi_neg, sel);
-    out[2 * half + 0] = __byte_perm(lo4, hi4, 0x5140);
-    out[2 * half + 1] = __byte_perm(lo4, hi4, 0x7362);
-  }
-}
-
-template <int kCoords>
-__device__ inline void ExpandTq3(uint32_t p0, uint32_t p1, uint32_t p2, const Tq3Tables& tab,
-                                 uint32_t (&out)[kCoords / 2]) {
-  constexpr int kPerR = kCoords / 8;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    uint32_t quarter[kPerR];
-    ExpandTq3Quarter<kCoords>(p0, p1, p2, r, tab, quarter);
-#pragma unroll
-    for (int h = 0; h < kPerR; ++h) out[r * kPerR + h] = quarter[h];
-  }
-}
-
 // ---- K side layout: per 128-dim block, thread t (= lane % 4) holds 16 pair registers of one key row.
 // KDim gives the dimension (within the block) of pair register rho, element e (0 = low half).
 template <KvFormat kFormat>
 __host__ __device__ inline int KDim(int t, int rho, int e) {
   if constexpr (kFormat == KvFormat::kBf16) {  // uint4 i at byte 16 (4 i + t): 8 dims, pairs 4 i + w
     return 8 * (4 * (rho >> 2) + t) + 2 * (rho & 3) + e;
-  } else if constexpr (kFormat == KvFormat::kFp8) {  // uint4 i at byte 16 (4 i + t): 16 dims, pairs 8 i + j
+  } else {  // FP8: uint4 i at byte 16 (4 i + t): 16 dims, pairs 8 i + j (TQ3 queries go through digit fragments)
+    static_assert(kFormat == KvFormat::kFp8, "KDim: BF16 and FP8 key layouts");
     return 16 * (4 * (rho >> 3) + t) + 2 * (rho & 7) + e;
-  } else {  // group t (32 coordinates): ExpandTq3<32> order
-    return 32 * t + 8 * (rho & 3) + (rho >> 2) + 4 * e;
   }
 }
 
 template <KvFormat kFormat>
-__device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, const Tq3Tables& tab,
-                                   uint32_t (&pairs)[16]) {
+__device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, uint32_t (&pairs)[16]) {
   if constexpr (kFormat == KvFormat::kBf16) {
     const uint8_t* base = vec + block * kBlockDims * 2;
 #pragma unroll
@@ -290,7 +247,8 @@ __device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, const T
       pairs[4 * i + 2] = v.z;
       pairs[4 * i + 3] = v.w;
     }
-  } else if constexpr (kFormat == KvFormat::kFp8) {
+  } else {
+    static_assert(kFormat == KvFormat::kFp8, "LoadExpandK: BF16 and FP8 keys");
     const uint8_t* base = vec + block * kBlockDims;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -301,9 +259,6 @@ __device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, const T
         E4m3x4ToF16x2x2(w[j], pairs[8 * i + 2 * j + 0], pairs[8 * i + 2 * j + 1]);
       }
     }
-  } else {
-    const uint8_t* group = vec + (block * 4 + t) * 12;  // 12 bytes per 32-coordinate group
-    ExpandTq3<32>(LoadU32(group), LoadU32(group + 4), LoadU32(group + 8), tab, pairs);
   }
 }
 
@@ -322,36 +277,17 @@ __host__ __device__ inline int VDim(int g, int rho, int e) {
   }
 }
 
-template <KvFormat kFormat, int kHeadDim>
-__device__ inline void LoadExpandV(const uint8_t* vec, int g, const Tq3Tables& tab,
-                                   uint32_t (&pairs)[kHeadDim / 16]) {
+// BF16 values (DecodePartialKernel): 8 dims per uint4, uint4 i of thread g at byte 16 (8 i + g).
+template <int kHeadDim>
+__device__ inline void LoadBf16V(const uint8_t* vec, int g, uint32_t (&pairs)[kHeadDim / 16]) {
   constexpr int kPairs = kHeadDim / 16;
-  if constexpr (kFormat == KvFormat::kBf16) {
 #pragma unroll
-    for (int i = 0; i < kPairs / 4; ++i) {
-      const uint4 v = LoadU4(vec + 16 * (8 * i + g));
-      pairs[4 * i + 0] = v.x;
-      pairs[4 * i + 1] = v.y;
-      pairs[4 * i + 2] = v.z;
-      pairs[4 * i + 3] = v.w;
-    }
-  } else if constexpr (kFormat == KvFormat::kFp8) {
-#pragma unroll
-    for (int i = 0; i < kPairs / 8; ++i) {
-      const uint4 v = LoadU4(vec + 16 * (8 * i + g));
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        E4m3x4ToF16x2x2(w[j], pairs[8 * i + 2 * j + 0], pairs[8 * i + 2 * j + 1]);
-      }
-    }
-  } else if constexpr (kHeadDim == 256) {
-    const uint8_t* group = vec + 12 * g;
-    ExpandTq3<32>(LoadU32(group), LoadU32(group + 4), LoadU32(group + 8), tab, pairs);
-  } else {
-    const uint8_t* group = vec + 12 * (g >> 1);
-    const int shift = 16 * (g & 1);
-    ExpandTq3<16>(LoadU32(group) >> shift, LoadU32(group + 4) >> shift, LoadU32(group + 8) >> shift, tab, pairs);
+  for (int i = 0; i < kPairs / 4; ++i) {
+    const uint4 v = LoadU4(vec + 16 * (8 * i + g));
+    pairs[4 * i + 0] = v.x;
+    pairs[4 * i + 1] = v.y;
+    pairs[4 * i + 2] = v.z;
+    pairs[4 * i + 3] = v.w;
   }
 }
 
@@ -444,26 +380,23 @@ __device__ inline void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Issues the copies of one tile (16 tokens of kv_head starting at tok0 of page) into a stage; the whole warp.
+// Issues the copies of one BF16 / FP8 tile (16 tokens of kv_head starting at tok0 of page) into a stage's padded rows;
+// the whole warp. (TQ3 tiles: IssueTq3TileLane.)
 template <KvFormat kFormat, int kHeadDim>
 __device__ inline void IssueTile(uint8_t* stage, const uint8_t* page, const PageLayout& layout, int kv_head, int tok0,
                                  int lane) {
   using L = TileLayout<kFormat, kHeadDim>;
+  static_assert(L::kPadded, "IssueTile: padded formats (BF16, FP8)");
   constexpr int kRowChunks = L::kCodeBytes / 16;
   constexpr int kCodeChunks = L::kTile * kRowChunks;
   const uint8_t* k_src = page + layout.k_codes_offset(kv_head, tok0);
   const uint8_t* v_src = page + layout.v_codes_offset(kv_head, tok0);
 #pragma unroll 4
   for (int c = lane; c < kCodeChunks; c += kWarpSize) {
-    if constexpr (L::kPadded) {
-      const int row = c / kRowChunks;
-      const int col = c % kRowChunks;
-      CpAsync16(stage + L::kKOffset + row * L::kKStride + col * 16, k_src + c * 16);
-      CpAsync16(stage + L::kVOffset + row * L::kVStride + col * 16, v_src + c * 16);
-    } else {  // unpadded rows: the staged runs are byte-for-byte copies
-      CpAsync16(stage + L::kKOffset + c * 16, k_src + c * 16);
-      CpAsync16(stage + L::kVOffset + c * 16, v_src + c * 16);
-    }
+    const int row = c / kRowChunks;
+    const int col = c % kRowChunks;
+    CpAsync16(stage + L::kKOffset + row * L::kKStride + col * 16, k_src + c * 16);
+    CpAsync16(stage + L::kVOffset + row * L::kVStride + col * 16, v_src + c * 16);
   }
   if constexpr (L::kScaleBytes > 0) {
     constexpr int kScaleChunks = L::kTile * L::kScaleBytes / 16;  // 4 (fp32) or 2 (fp16)
@@ -476,13 +409,9 @@ __device__ inline void IssueTile(uint8_t* stage, const uint8_t* page, const Page
   }
 }
 
-template <KvFormat kFormat>
-__device__ inline float StagedScale(const uint8_t* scales, int token) {
-  if constexpr (kFormat == KvFormat::kFp8) {
-    return reinterpret_cast<const float*>(scales)[token];
-  } else {
-    return __half2float(reinterpret_cast<const __half*>(scales)[token]) * kTq3InvUnitsPerMagnitude;
-  }
+// An FP8 tile's staged scale (fp32) of token.
+__device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
+  return reinterpret_cast<const float*>(scales)[token];
 }
 
 // The CTA's 4 warp states (staged in shared memory: out [warps][kMaxGroup] rows of kRowWords (dim d at
@@ -563,10 +492,12 @@ __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWork
 template <KvFormat kFormat, int kHeadDim>
 __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
     DecodePartialKernel(DecodeParams p) {
+  // BF16 pages (FP8 and TQ3 run DecodePartialTransposedKernel; the generic kernel's FP8 / TQ3 paths were removed in
+  // session 5, see docs/cuda-notes.md "Build switches").
+  static_assert(kFormat == KvFormat::kBf16, "DecodePartialKernel: BF16 pages");
   using L = TileLayout<kFormat, kHeadDim>;
   constexpr int kBlocks = kHeadDim / kBlockDims;
   constexpr int kMTiles = kHeadDim / 16;
-  constexpr bool kScaled = kFormat != KvFormat::kBf16;
   constexpr int kTile = kCudaKeyTileTokens;
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi a0a1, hi a4a5, lo a0a1, lo a4a5}
@@ -579,7 +510,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int kv_head = blockIdx.y;
   const CudaWorkItem item = p.items[blockIdx.x];
   AllowDependentLaunch();
-  const Tq3Tables tab = MakeTq3Tables();
+  // Unused since the FP8 / TQ3 paths left this kernel, but kept: without it ptxas schedules the kernel's prologue
+  // differently (session 5 cleanup keeps the default build's code identical to d36dc96).
+  [[maybe_unused]] const Tq3Tables tab = MakeTq3Tables();
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
@@ -601,14 +534,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
   }
 
-  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // the rotated query comes from the step's first kernel
   BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
   __syncthreads();
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
   float row_sum = 0.0f;       // head g, this thread's keys (reduced at the end)
-  float v_unit = kScaled ? 0.0f : 1.0f;  // o_acc holds O / v_unit (keeps the folded V scales in fp16 range)
-  float inv_v_unit = 0.0f;
   float o_acc[kMTiles][4];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
@@ -638,8 +568,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const int valid = min(kTile, page_valid - kTile * tile_in_page);
 
     // ---- scores: keys g (n-tile 0) and 8 + g (n-tile 1); masked keys read the last valid one. One accumulator
-    // per (block, query part) keeps the MMA dependency chains at 8. (Dropping the query's low part for TQ3 was
-    // tried: 8% faster, but LSE errors reached 1.2e-3 relative, so every format keeps hi + lo.)
+    // per (block, query part) keeps the MMA dependency chains at 8.
     constexpr int kQParts = 2;
     float s0[kBlocks][kQParts][4];
     float s1[kBlocks][kQParts][4];
@@ -655,34 +584,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const uint8_t* key_b = stage + L::kKOffset + min(8 + g, valid - 1) * L::kKStride;
 #pragma unroll
     for (int block = 0; block < kBlocks; ++block) {
-      if constexpr (kFormat == KvFormat::kTq3) {
-        // Expand one quarter (4 registers = k-steps 2r, 2r + 1) at a time: fewer live registers, more warps.
-        const uint8_t* ga = key_a + (block * 4 + t) * 12;
-        const uint8_t* gb = key_b + (block * 4 + t) * 12;
-        const uint32_t a0 = LoadU32(ga), a1 = LoadU32(ga + 4), a2 = LoadU32(ga + 8);
-        const uint32_t b0 = LoadU32(gb), b1 = LoadU32(gb + 4), b2 = LoadU32(gb + 8);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          uint32_t ka[4];
-          uint32_t kb[4];
-          ExpandTq3Quarter<32>(a0, a1, a2, r, tab, ka);
-          ExpandTq3Quarter<32>(b0, b1, b2, r, tab, kb);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int jj = 2 * r + half;
-            const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];
-            Mma<kFormat>(s0[block][0], qf.x, 0u, qf.y, 0u, ka[2 * half], ka[2 * half + 1]);
-            Mma<kFormat>(s1[block][0], qf.x, 0u, qf.y, 0u, kb[2 * half], kb[2 * half + 1]);
-            Mma<kFormat>(s0[block][kQParts - 1], qf.z, 0u, qf.w, 0u, ka[2 * half], ka[2 * half + 1]);
-            Mma<kFormat>(s1[block][kQParts - 1], qf.z, 0u, qf.w, 0u, kb[2 * half], kb[2 * half + 1]);
-          }
-        }
-        continue;
-      }
       uint32_t ka[16];
       uint32_t kb[16];
-      LoadExpandK<kFormat>(key_a, block, t, tab, ka);
-      LoadExpandK<kFormat>(key_b, block, t, tab, kb);
+      LoadExpandK<kFormat>(key_a, block, t, ka);
+      LoadExpandK<kFormat>(key_b, block, t, kb);
 #pragma unroll
       for (int jj = 0; jj < 8; ++jj) {
         const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];
@@ -707,14 +612,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     }
     // This thread's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t (S columns), for head g (S row).
     const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
-    float v_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int token = min(keys[i], valid - 1);
-      if constexpr (kScaled) {
-        score[i] *= StagedScale<kFormat>(stage + L::kKScaleOffset, token);
-        v_scale[i] = StagedScale<kFormat>(stage + L::kVScaleOffset, token);
-      }
       if (keys[i] >= valid) score[i] = -INFINITY;
     }
     float tile_max = fmaxf(fmaxf(score[0], score[1]), fmaxf(score[2], score[3]));
@@ -728,21 +627,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     for (int i = 0; i < 4; ++i) prob[i] = exp2f(score[i] - new_max);
     row_sum = row_sum * alpha + (prob[0] + prob[1]) + (prob[2] + prob[3]);
 
-    float ratio = 1.0f;
-    if constexpr (kScaled) {
-      // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
-      float v_max = fmaxf(fmaxf(v_scale[0], v_scale[1]), fmaxf(v_scale[2], v_scale[3]));
-      v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 1));
-      v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, 2));
-      const float new_unit = v_max * (1.0f / kProbScale);
-      if (new_unit > v_unit) {
-        ratio = v_unit / new_unit;
-        v_unit = new_unit;
-        inv_v_unit = kProbScale / v_max;
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) prob[i] *= v_scale[i] * inv_v_unit;
-    }
     // P^T fragments: b0b1 = keys (2t, 2t+1), b2b3 = keys (8+2t, 9+2t) of head g.
     uint32_t pb_hi[2];
     uint32_t pb_lo[2];
@@ -755,9 +639,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
                          ToOperand<kFormat>(prob[2 * half + 1] - FromOperand<kFormat>(h1)));
     }
     // Rescale O columns (heads 2t, 2t + 1) by their heads' alpha.
-    const float f0 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t)) * ratio;
-    const float f1 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t + 1)) * ratio;
-    if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
+    const float f0 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t));
+    const float f1 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t + 1));
+    if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once the max settles
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
         o_acc[m][0] *= f0;
@@ -768,43 +652,14 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     }
     // ---- values: keys 2t, 2t+1, 8+2t, 9+2t; pack two keys' values of one dim per register.
     const uint8_t* v_rows = stage + L::kVOffset;
-    if constexpr (kFormat == KvFormat::kTq3) {
-      // One quarter of the 4 keys' codes at a time (kPerR m-tiles), straight into the MMAs.
-      constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
-      constexpr int kPerR = kCoords / 8;
-      const int group = kHeadDim == 256 ? g : (g >> 1);
-      const int shift = kHeadDim == 256 ? 0 : 16 * (g & 1);
-      uint32_t w[4][3];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint8_t* codes = v_rows + min(keys[i], valid - 1) * L::kVStride + 12 * group;
-#pragma unroll
-        for (int plane = 0; plane < 3; ++plane) w[i][plane] = LoadU32(codes + 4 * plane) >> shift;
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        uint32_t e[4][kPerR];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ExpandTq3Quarter<kCoords>(w[i][0], w[i][1], w[i][2], r, tab, e[i]);
-#pragma unroll
-        for (int h = 0; h < kPerR; ++h) {
-          const int m = r * kPerR + h;
-          Mma<kFormat>(o_acc[m], __byte_perm(e[0][h], e[1][h], 0x5410), __byte_perm(e[0][h], e[1][h], 0x7632),
-                       __byte_perm(e[2][h], e[3][h], 0x5410), __byte_perm(e[2][h], e[3][h], 0x7632), pb_hi[0],
-                       pb_hi[1]);
-        }
-      }
-      __syncwarp();
-      continue;
-    }
     uint32_t va[kMTiles];
     uint32_t vb[kMTiles];
     uint32_t vc[kMTiles];
     uint32_t vd[kMTiles];
-    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[0], valid - 1) * L::kVStride, g, tab, va);
-    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[1], valid - 1) * L::kVStride, g, tab, vb);
-    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[2], valid - 1) * L::kVStride, g, tab, vc);
-    LoadExpandV<kFormat, kHeadDim>(v_rows + min(keys[3], valid - 1) * L::kVStride, g, tab, vd);
+    LoadBf16V<kHeadDim>(v_rows + min(keys[0], valid - 1) * L::kVStride, g, va);
+    LoadBf16V<kHeadDim>(v_rows + min(keys[1], valid - 1) * L::kVStride, g, vb);
+    LoadBf16V<kHeadDim>(v_rows + min(keys[2], valid - 1) * L::kVStride, g, vc);
+    LoadBf16V<kHeadDim>(v_rows + min(keys[3], valid - 1) * L::kVStride, g, vd);
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       const uint32_t a0 = __byte_perm(va[m], vb[m], 0x5410);
@@ -812,7 +667,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       const uint32_t a2 = __byte_perm(vc[m], vd[m], 0x5410);
       const uint32_t a3 = __byte_perm(vc[m], vd[m], 0x7632);
       Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_hi[0], pb_hi[1]);
-      if constexpr (kFormat == KvFormat::kBf16) Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_lo[0], pb_lo[1]);
+      Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_lo[0], pb_lo[1]);
     }
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
@@ -835,13 +690,13 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   for (int m = 0; m < kMTiles; ++m) {
     const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
     const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
-    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0] * v_unit;
-    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1] * v_unit;
-    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2] * v_unit;
-    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3] * v_unit;
+    my_out[(2 * t) * kHeadDim + dim0] = o_acc[m][0];
+    my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1];
+    my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2];
+    my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3];
   }
   __syncthreads();
-  if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
+  WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
 }
 
@@ -1517,8 +1372,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         for (int block = 0; block < kBlocks; ++block) {
           uint32_t ka[16];
           uint32_t kb[16];
-          LoadExpandK<kFormat>(row_a, block, t, tab, ka);
-          LoadExpandK<kFormat>(row_b, block, t, tab, kb);
+          LoadExpandK<kFormat>(row_a, block, t, ka);
+          LoadExpandK<kFormat>(row_b, block, t, kb);
 #pragma unroll
           for (int jj = 0; jj < 8; ++jj) {
             const int kstep = block * 8 + jj;
@@ -1544,10 +1399,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;  // unused slot: maybe NaN
         v_scale[sub][1] = key_valid[sub][1] ? __half2float(v_scales[key_b]) : 0.0f;
       } else {
-        k_scale[0] = StagedScale<kFormat>(k_stage + L::kKScaleOffset, key_a);
-        k_scale[1] = StagedScale<kFormat>(k_stage + L::kKScaleOffset, key_b);
-        v_scale[sub][0] = StagedScale<kFormat>(v_stage + L::kVScaleOffset - L::kVOffset, key_a);
-        v_scale[sub][1] = StagedScale<kFormat>(v_stage + L::kVScaleOffset - L::kVOffset, key_b);
+        k_scale[0] = StagedFp8Scale(k_stage + L::kKScaleOffset, key_a);
+        k_scale[1] = StagedFp8Scale(k_stage + L::kKScaleOffset, key_b);
+        v_scale[sub][0] = StagedFp8Scale(v_stage + L::kVScaleOffset - L::kVOffset, key_a);
+        v_scale[sub][1] = StagedFp8Scale(v_stage + L::kVScaleOffset - L::kVOffset, key_b);
       }
       if constexpr (kImma) {
         // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at
@@ -2095,12 +1950,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
 // any run, so a graph capture of the run only sees launches).
-// The partial kernel of a format: TQ3 and FP8 run the transposed kernel (FP8 unless a build turns it off), BF16
-// DecodePartialKernel.
+// The partial kernel of a format: TQ3 and FP8 (v8) run the transposed kernel, BF16 DecodePartialKernel.
 template <KvFormat kFormat, int kHeadDim>
 constexpr auto PartialKernel() {
-  if constexpr (kFormat == KvFormat::kTq3 ||
-                (kFormat == KvFormat::kFp8 && (kHeadDim == 128 ? kFp8TransposedD128 : kFp8TransposedD256))) {
+  if constexpr (kFormat != KvFormat::kBf16) {
     return DecodePartialTransposedKernel<kFormat, kHeadDim>;
   } else {
     return DecodePartialKernel<kFormat, kHeadDim>;
