@@ -50,66 +50,67 @@ constexpr float kTq3InvUnitsPerMagnitude = 1.0f / kTq3UnitsPerMagnitude;
 // fp16 probabilities are scaled by 2^14 (folded into v_unit) so that p * scale / max_scale stays in the normal
 // fp16 range instead of underflowing to subnormals.
 constexpr float kProbScale = 16384.0f;
-// Kernel configuration (measured in docs/cuda-notes.md v8-v12; its "Build switches" paragraph lists the switches
-// removed in session 5 with the commit that still has their code). A build may override the remaining macros for
-// experiments (bench/cuda/kernel_variants.sh). TQ3 CTAs per SM (__launch_bounds__ cap; shared memory may allow fewer:
-// d = 256 pair stages fit 2): occupancy levers, no code path behind them.
+// Build switches (session 5 cleanup: docs/cuda-notes.md "Build switches" lists these and the removed ones, whose
+// code lives at d36dc96). Each default is the measured best; a build may override them (bench/cuda/kernel_variants.sh).
+// Kept only where both settings win somewhere, or as a cheap A/B or test lever (reason on each):
+// - MINIMAKV_TQ3_CTAS_D256 / _D128: TQ3 CTAs per SM for __launch_bounds__ (shared memory may allow fewer: the d = 256
+//   pair stages fit 2). Occupancy lever, a number only (v8: 3 at d = 256, 4 at d = 128).
 #ifndef MINIMAKV_TQ3_CTAS_D256
 #define MINIMAKV_TQ3_CTAS_D256 3
 #endif
 #ifndef MINIMAKV_TQ3_CTAS_D128
 #define MINIMAKV_TQ3_CTAS_D128 4
 #endif
-#ifndef MINIMAKV_CUDA_PDL
-#define MINIMAKV_CUDA_PDL 1
-#endif
-// v11: TQ3 tiles of 32 keys (two 16-key MMA row blocks per copy, per softmax step and per loop iteration), so
-// the per-tile fixed work (softmax step, copy bookkeeping, stage ring) counts once per 32 keys (same-run A/B in
-// docs/cuda-notes.md "v11": 3.5-5.8% faster than 16-key tiles). MINIMAKV_TQ3_PAIR_STAGES_D* stages of 32 keys per
-// warp (3: one tile in flight while the warp computes the next and the values of the previous one; a stage-depth
-// lever, v12 measured 4 at d = 128: +0.6%). d = 256 pairs need ~210 registers and 75 KB of stages per CTA: 2 CTAs
-// per SM (v10: 3).
+// - MINIMAKV_TQ3_PAIR_STAGES_D128 / _D256: stages of 32 keys per warp (3: one unit in flight while the warp computes
+//   the next and the values of the previous one). Stage-depth lever, a number only (v12: 4 at d = 128 was +0.6%).
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D128
 #define MINIMAKV_TQ3_PAIR_STAGES_D128 3
 #endif
 #ifndef MINIMAKV_TQ3_PAIR_STAGES_D256
 #define MINIMAKV_TQ3_PAIR_STAGES_D256 3
 #endif
-// v12: the transposed kernel's combine area with padded rows (one word per 32 dims, row stride = kHeadDim / 64 mod
-// 16 words), so that the 32 lanes' output stores of one m-tile fall in 32 banks (v11: all in one bank, 32-way
-// conflicts: ~3% of the stall samples at Qwen 64K b8), and the warps' weights once per head instead of per element.
-// v12: the TQ3 partial kernel rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly,
-// 1 / sqrt(d), the same operations in the same order as RotateQueryKernel, so the rotated values are bit-identical)
-// into shared memory, and builds the digit fragments from there: the step loses the rotation kernel and the
-// kernel's wait for it, and the fragments one dependent round trip to global memory (0 = v11: RotateQueryKernel
-// first, the TQ3 kernel waits for it and reads the rotated rows from the workspace twice). Per head dim, as measured
-// (docs/cuda-notes.md v12, three same-run rounds): d = 256 mix at 64K b8 -1.6%, d = 128 mix +0.7%.
+// - MINIMAKV_CUDA_PDL: programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch;
+//   v8: 2-10% faster). 0 = plain stream order: a one-line lever to rule kernel overlap out when chasing a bug.
+#ifndef MINIMAKV_CUDA_PDL
+#define MINIMAKV_CUDA_PDL 1
+#endif
+// - MINIMAKV_TQ3_FUSED_ROTATION_D256 / _D128: per head dim, both settings are a measured best (v12, three same-run
+//   rounds: d = 256 mix at 64K b8 -1.6% fused, d = 128 +0.7% fused, so off there). Fused, the TQ3 partial kernel
+//   rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly, 1 / sqrt(d), the same
+//   operations in the same order as RotateQueryKernel, so the rotated values are bit-identical) into shared memory
+//   and builds the digit fragments from there: the step loses the rotation kernel and the kernel's wait for it.
+//   0: RotateQueryKernel first, the TQ3 kernel waits for it and reads the rotated rows from the workspace.
 #ifndef MINIMAKV_TQ3_FUSED_ROTATION_D256
 #define MINIMAKV_TQ3_FUSED_ROTATION_D256 1
 #endif
 #ifndef MINIMAKV_TQ3_FUSED_ROTATION_D128
 #define MINIMAKV_TQ3_FUSED_ROTATION_D128 0
 #endif
-constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
-constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
-// Programmatic dependent launches inside a decode step (LaunchKernel, AllowDependentLaunch).
-constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
-// Warps per row: 8 when there are few rows (batch 1: ~100 items per row, two rounds of loads per warp), else 4
-// (measured v10, docs/cuda-notes.md: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1, 8.5 / 7.9 us at batch 8).
-#ifndef MINIMAKV_MERGE_ROW_WARPS_FEW  // (builds may change both to test the kernel's multi-round path)
+// - MINIMAKV_MERGE_ROW_WARPS_FEW / _MANY: warps per row of MergeRowKernel, 8 when there are few rows (batch 1: ~100
+//   items per row, two rounds of loads per warp), else 4 (v10: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1,
+//   8.5 / 7.9 us at batch 8). Test lever: a build with 1 / 1 runs the multi-round path on the GPU tests' sequences.
+#ifndef MINIMAKV_MERGE_ROW_WARPS_FEW
 #define MINIMAKV_MERGE_ROW_WARPS_FEW 8
 #endif
 #ifndef MINIMAKV_MERGE_ROW_WARPS_MANY
 #define MINIMAKV_MERGE_ROW_WARPS_MANY 4
 #endif
+constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
+constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
+constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
+constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
+constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
+constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
+constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
 constexpr int kMergeRowWarpsFewRows = MINIMAKV_MERGE_ROW_WARPS_FEW;
 constexpr int kMergeRowWarpsManyRows = MINIMAKV_MERGE_ROW_WARPS_MANY;
 constexpr int kMergeFewRows = 128;
 constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (all views) the v9 merge runs
-constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
-constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
-constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
-constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
+// TQ3 design choices without a switch any more (the losing alternatives are at d36dc96): 32-key units (v11: two
+// 16-key MMA row blocks per copy, softmax step and loop iteration, 3.5-5.8% faster than 16-key tiles); d = 256 pairs
+// need ~210 registers and 75 KB of stages per CTA: 2 CTAs per SM (v10: 3). The transposed kernel's combine area has
+// padded rows (v12: one word per 32 dims, row stride = kHeadDim / 64 mod 16 words, so the 32 lanes' output stores of
+// one m-tile fall in 32 banks; v11 had 32-way conflicts, ~3% of the stall samples at Qwen 64K b8).
 __host__ __device__ constexpr bool Tq3FusedRotation(int head_dim) {
   return head_dim == 256 ? kTq3FusedRotationD256 : kTq3FusedRotationD128;
 }
@@ -1393,7 +1394,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       float k_scale[2];
       if constexpr (kImma) {
         const __half* k_scales = reinterpret_cast<const __half*>(k_stage + L::kKScaleOffset) + sub * kTile;
-        const __half* v_scales = reinterpret_cast<const __half*>(v_stage + L::kVScaleOffset - L::kVOffset) + sub * kTile;
+        const __half* v_scales =
+            reinterpret_cast<const __half*>(v_stage + L::kVScaleOffset - L::kVOffset) + sub * kTile;
         k_scale[0] = __half2float(k_scales[key_a]);
         k_scale[1] = __half2float(k_scales[key_b]);
         v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;  // unused slot: maybe NaN
