@@ -54,10 +54,11 @@ void DecodeStep(benchmark::State& state, CaseKey key, int threads) {
     state.SkipWithError("floor measurement failed");
     return;
   }
+  ThreadPool pool(threads);
   for (auto _ : state) {
     FlushCpuCaches();
     const auto start = std::chrono::steady_clock::now();
-    const Status status = bench->Step(threads);
+    const Status status = bench->Step(pool);
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!status.ok()) {
       state.SkipWithError(status.ToString().c_str());

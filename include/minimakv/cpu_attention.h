@@ -31,8 +31,14 @@ enum class CpuKernelFamily : uint8_t {
   kScalar,  // the portable scalar kernels (the reference)
 };
 
+class ThreadPool;  // minimakv/thread_pool.h
+
 struct CpuAttentionOptions {
   int num_threads = 1;        // worker threads for this call (the calling thread is one of them)
+  // Persistent workers: when set, the call runs on pool->num_threads() threads (num_threads is ignored) instead
+  // of starting num_threads - 1 threads per call (~37 us each with AMX state, docs/BENCHMARKS.md section 3).
+  // Not from inside a task of the same pool (its loops do not nest).
+  ThreadPool* pool = nullptr;
   bool force_scalar = false;  // run the portable scalar kernels even where SIMD ones exist (= kScalar)
   CpuKernelFamily family = CpuKernelFamily::kAuto;
 };

@@ -11,7 +11,7 @@
 #include "runtime/llama_layer.h"
 #include "runtime/prompt_attention.h"
 #include "runtime/quant_matmul.h"
-#include "runtime/thread_pool.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 namespace {

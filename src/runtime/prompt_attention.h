@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/thread_pool.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 

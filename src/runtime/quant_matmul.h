@@ -15,7 +15,7 @@
 
 #include "minimakv/gguf_reader.h"
 #include "minimakv/status.h"
-#include "runtime/thread_pool.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 

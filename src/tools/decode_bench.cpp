@@ -129,7 +129,7 @@ Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options) {
   return Status::Ok();
 }
 
-Status DecodeBenchCase::Step(int threads, const std::string& isa) {
+Status DecodeBenchCase::Step(ThreadPool& pool, const std::string& isa) {
   AttentionQueries queries;
   queries.q = q_.data();
   queries.q_indptr = q_indptr_.data();
@@ -138,7 +138,7 @@ Status DecodeBenchCase::Step(int threads, const std::string& isa) {
   queries.sm_scale = float(1.0 / std::sqrt(double(shape_.head_dim)));
   CpuAttentionOptions options;
   MINIMAKV_RETURN_IF_ERROR(BenchIsaOptions(isa, &options));
-  options.num_threads = threads;
+  options.pool = &pool;
   return AttendMixedCpu(views_, queries, &rotation_, out_.data(), lse_.data(), options);
 }
 
@@ -203,8 +203,9 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
         say("timing " + std::to_string(paths.size()) + " paths on " + std::to_string(threads) + " thread(s), " +
             std::to_string(context) + " tokens x " + std::to_string(batch));
         const size_t isas = config.isas.size();
+        ThreadPool pool(threads);
         for (const std::string& isa : config.isas) {
-          for (auto& c : cases) MINIMAKV_RETURN_IF_ERROR(c->Step(threads, isa));  // warm-up: page faults, threads
+          for (auto& c : cases) MINIMAKV_RETURN_IF_ERROR(c->Step(pool, isa));  // warm-up: page faults, threads
         }
         // Timings of (isa k, path i) at index k * paths + i.
         std::vector<std::vector<double>> wall(isas * paths.size()), cpu(isas * paths.size());
@@ -215,7 +216,7 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
               if (config.flush_caches) FlushCpuCaches();
               const double cpu0 = ProcessCpuSeconds();
               const auto t0 = std::chrono::steady_clock::now();
-              MINIMAKV_RETURN_IF_ERROR(cases[i]->Step(threads, config.isas[k]));
+              MINIMAKV_RETURN_IF_ERROR(cases[i]->Step(pool, config.isas[k]));
               const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
               cpu[k * paths.size() + i].push_back((ProcessCpuSeconds() - cpu0) / threads);
               wall[k * paths.size() + i].push_back(seconds);

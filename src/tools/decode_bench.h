@@ -17,6 +17,7 @@
 
 #include "minimakv/cpu_attention.h"
 #include "minimakv/status.h"
+#include "minimakv/thread_pool.h"
 #include "tools/synthetic_kv.h"
 
 namespace minimakv {
@@ -74,8 +75,9 @@ class DecodeBenchCase {
  public:
   static Status Create(const DecodeShape& shape, const std::string& path, int64_t context, int batch,
                        const DecodeBenchConfig& config, std::unique_ptr<DecodeBenchCase>* out);
-  // One decode step on `threads` threads with kernel family `isa` (auto, amx, avx512 or scalar).
-  Status Step(int threads, const std::string& isa = "auto");
+  // One decode step on the pool's threads with kernel family `isa` (auto, amx, avx512 or scalar). A persistent
+  // pool, as a serving loop would keep: starting threads per step would cost ~37 us per worker.
+  Status Step(ThreadPool& pool, const std::string& isa = "auto");
   double kv_bytes_read() const { return kv_bytes_read_; }
   double multiply_adds() const { return multiply_adds_; }
 

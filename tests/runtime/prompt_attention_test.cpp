@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/thread_pool.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 namespace {

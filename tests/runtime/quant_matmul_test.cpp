@@ -12,7 +12,7 @@
 
 #include "minimakv/gguf_reader.h"
 #include "minimakv/scalar_formats.h"
-#include "runtime/thread_pool.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 namespace {

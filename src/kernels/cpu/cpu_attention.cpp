@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "minimakv/partial_state.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 namespace {
@@ -91,9 +92,21 @@ Status ValidateView(const PagedKvView& view, const AttentionQueries& queries, co
   return Status::Ok();
 }
 
-// Runs fn(i) for i in [0, count) on up to num_threads threads (the caller's thread included).
+// Threads a call runs on: its pool's, else the num_threads it asks for.
+int ThreadsOf(const CpuAttentionOptions& options) {
+  return options.pool != nullptr ? options.pool->num_threads() : options.num_threads;
+}
+
+// Runs fn(i) for i in [0, count) on the pool's threads, or else on up to num_threads threads started for this
+// call (the caller's thread included). Both hand out indices in order, one at a time.
 template <typename Fn>
-void ParallelFor(size_t count, int num_threads, const Fn& fn) {
+void ParallelFor(size_t count, int num_threads, ThreadPool* pool, const Fn& fn) {
+  if (pool != nullptr) {
+    pool->ParallelForEach(int64_t(count), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(size_t(i));
+    });
+    return;
+  }
   const int workers = int(std::min<size_t>(size_t(std::max(num_threads, 1)), count));
   if (workers <= 1) {
     for (size_t i = 0; i < count; ++i) fn(i);
@@ -247,11 +260,11 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOpti
   std::stable_sort(work.begin(), work.end(), [&](const auto& a, const auto& b) { return task_cost(a) > task_cost(b); });
   std::vector<RowKernels> kernels;  // per plan: the family chosen for its view's format and head_dim, per rows
   for (const ViewPlan& plan : plans) kernels.push_back(KernelsOf(options, plan.format, plan.head_dim));
-  ParallelFor(work.size(), num_threads, [&](size_t i) {
+  ParallelFor(work.size(), num_threads, options.pool, [&](size_t i) {
     const cpu::KernelTask& task = plans[work[i].first].tasks[work[i].second];
     kernels[work[i].first][size_t(std::max(task.num_rows, 1) - 1)](task);
   });
-  ParallelFor(merges.size(), num_threads, [&](size_t i) {
+  ParallelFor(merges.size(), num_threads, options.pool, [&](size_t i) {
     const ViewPlan& plan = plans[merges[i].first];
     const SplitMerge& merge = plan.merges[merges[i].second];
     const int d = plan.head_dim;
@@ -294,8 +307,8 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
   if (queries.num_seqs == 0 || queries.q_indptr[queries.num_seqs] == 0) return Status::Ok();
   if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
   ViewPlan plan;
-  PlanView(view, queries, rotation, out, options.num_threads, &plan);
-  RunPlans({&plan, 1}, options.num_threads, options);
+  PlanView(view, queries, rotation, out, ThreadsOf(options), &plan);
+  RunPlans({&plan, 1}, ThreadsOf(options), options);
   return Status::Ok();
 }
 
@@ -359,9 +372,9 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
   for (size_t i = 0; i < views.size(); ++i) {
     const PartialStatesOut states = i == 0 ? PartialStatesOut{out, lse}
                                            : PartialStatesOut{part_out[i - 1].data(), part_lse[i - 1].data()};
-    PlanView(views[i], queries, rotation, states, options.num_threads, &plans[i]);
+    PlanView(views[i], queries, rotation, states, ThreadsOf(options), &plans[i]);
   }
-  RunPlans(plans, options.num_threads, options);
+  RunPlans(plans, ThreadsOf(options), options);
   for (size_t i = 1; i < views.size(); ++i) {
     float* const outs[] = {out, part_out[i - 1].data()};
     float* const lses[] = {lse, part_lse[i - 1].data()};

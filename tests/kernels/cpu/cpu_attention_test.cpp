@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "minimakv/cpu_attention.h"
+#include "minimakv/thread_pool.h"
 #include "minimakv/partial_state.h"
 #include "minimakv/reference_attention.h"
 #include "minimakv/scalar_formats.h"
@@ -277,6 +278,15 @@ TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
       // partial sums or tile sums, blocks of 64 keys, two page ranges merged), so they agree to a few fp32 ulps.
       EXPECT_LE(RelL2(out_simd.data(), out_scalar.data(), out_scalar.size()), 5e-6) << what;
       for (size_t r = 0; r < lse_simd.size(); ++r) EXPECT_NEAR(lse_simd[r], lse_scalar[r], 1e-5) << what;
+      // On a persistent pool of two threads: the same page-range split and the same merges, so the same bits.
+      ThreadPool thread_pool(2);
+      CpuAttentionOptions pooled = options;
+      pooled.num_threads = 1;  // ignored: the pool's size counts
+      pooled.pool = &thread_pool;
+      std::vector<float> out_pooled(want_out.size()), lse_pooled(want_lse.size());
+      ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_pooled.data(), lse_pooled.data()}, pooled).ok());
+      EXPECT_EQ(out_pooled, out_simd) << what << " on a pool";
+      EXPECT_EQ(lse_pooled, lse_simd) << what << " on a pool";
     }
   }
 }
@@ -402,6 +412,23 @@ TEST(CpuAttention, MixedViewsMergeToReferenceOverUnion) {
     ASSERT_TRUE(AttendMixedCpu(views, queries, &rotation, out_only.data(), nullptr, options).ok());
     EXPECT_EQ(std::memcmp(out_only.data(), out.data(), want_out.size() * sizeof(float)), 0);
     EXPECT_TRUE(out_only.CanariesIntact());
+    // On persistent pools: two threads run the same tasks as above (the same bits), three split differently.
+    for (int pool_threads : {2, 3}) {
+      ThreadPool thread_pool(pool_threads);
+      CpuAttentionOptions pooled = options;
+      pooled.pool = &thread_pool;
+      GuardedBuffer out_pooled(want_out.size());
+      GuardedBuffer lse_pooled(want_lse.size());
+      ASSERT_TRUE(AttendMixedCpu(views, queries, &rotation, out_pooled.data(), lse_pooled.data(), pooled).ok());
+      const std::string what = std::string(CpuKernelIsa(options)) + " on a pool of " + std::to_string(pool_threads);
+      ExpectMatchesReference(out_pooled.data(), lse_pooled.data(), want_out, want_lse, what);
+      if (pool_threads == 2) {
+        EXPECT_EQ(std::memcmp(out_pooled.data(), out.data(), want_out.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(lse_pooled.data(), lse.data(), want_lse.size() * sizeof(float)), 0) << what;
+      }
+      EXPECT_TRUE(out_pooled.CanariesIntact());
+      EXPECT_TRUE(lse_pooled.CanariesIntact());
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// ThreadPool: a fixed set of worker threads for the runtime's data-parallel loops (matmuls, attention heads).
+// ThreadPool: a fixed set of worker threads for data-parallel loops: the model runtime's (matmuls, attention
+// heads) and CPU decode attention's (CpuAttentionOptions::pool), so a decode step does not start threads.
 // ParallelFor(n, fn) runs fn(i) for i in [0, n) on the workers plus the calling thread and returns when all
 // are done. Workers spin briefly before sleeping: a decode step issues hundreds of short loops, and a
 // condition-variable wake-up per loop would cost more than the loop on a 2-core machine.

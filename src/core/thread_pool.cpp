@@ -1,4 +1,4 @@
-#include "runtime/thread_pool.h"
+#include "minimakv/thread_pool.h"
 
 #include <immintrin.h>
 
