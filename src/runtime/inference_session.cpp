@@ -8,10 +8,10 @@
 #include "minimakv/paged_cache.h"
 #include "minimakv/partial_state.h"
 #include "minimakv/scalar_formats.h"
+#include "minimakv/thread_pool.h"
 #include "runtime/llama_layer.h"
 #include "runtime/prompt_attention.h"
 #include "runtime/quant_matmul.h"
-#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 namespace {

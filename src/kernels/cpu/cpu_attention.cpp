@@ -7,9 +7,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <atomic>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -97,30 +96,12 @@ int ThreadsOf(const CpuAttentionOptions& options) {
   return options.pool != nullptr ? options.pool->num_threads() : options.num_threads;
 }
 
-// Runs fn(i) for i in [0, count) on the pool's threads, or else on up to num_threads threads started for this
-// call (the caller's thread included). Both hand out indices in order, one at a time.
+// Runs fn(i) for i in [0, count) on the pool's threads (the caller's included), indices handed out in order.
 template <typename Fn>
-void ParallelFor(size_t count, int num_threads, ThreadPool* pool, const Fn& fn) {
-  if (pool != nullptr) {
-    pool->ParallelForEach(int64_t(count), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) fn(size_t(i));
-    });
-    return;
-  }
-  const int workers = int(std::min<size_t>(size_t(std::max(num_threads, 1)), count));
-  if (workers <= 1) {
-    for (size_t i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  auto loop = [&] {
-    for (size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) fn(i);
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(size_t(workers - 1));
-  for (int w = 1; w < workers; ++w) threads.emplace_back(loop);
-  loop();
-  for (std::thread& t : threads) t.join();
+void ParallelFor(ThreadPool& pool, size_t count, const Fn& fn) {
+  pool.ParallelForEach(int64_t(count), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) fn(size_t(i));
+  });
 }
 
 // A task whose rows are merged from several page ranges: the first range writes the output, the others
@@ -243,7 +224,7 @@ RowKernels KernelsOf(const CpuAttentionOptions& options, KvFormat format, int he
 }
 
 // Runs the tasks of all plans in one parallel region, then merges page-range splits.
-void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOptions& options) {
+void RunPlans(std::span<ViewPlan> plans, const CpuAttentionOptions& options) {
   std::vector<std::pair<size_t, size_t>> work;  // (plan, task)
   std::vector<std::pair<size_t, size_t>> merges;  // (plan, merge)
   for (size_t p = 0; p < plans.size(); ++p) {
@@ -260,11 +241,18 @@ void RunPlans(std::span<ViewPlan> plans, int num_threads, const CpuAttentionOpti
   std::stable_sort(work.begin(), work.end(), [&](const auto& a, const auto& b) { return task_cost(a) > task_cost(b); });
   std::vector<RowKernels> kernels;  // per plan: the family chosen for its view's format and head_dim, per rows
   for (const ViewPlan& plan : plans) kernels.push_back(KernelsOf(options, plan.format, plan.head_dim));
-  ParallelFor(work.size(), num_threads, options.pool, [&](size_t i) {
+  // The caller's pool, else one for this call and both passes, no larger than the task count (no threads are
+  // kept between calls without a pool; each started worker costs ~37 us, docs/BENCHMARKS.md section 3).
+  std::optional<ThreadPool> call_pool;
+  if (options.pool == nullptr) {
+    call_pool.emplace(int(std::min<size_t>(size_t(options.num_threads), std::max<size_t>(work.size(), 1))));
+  }
+  ThreadPool& pool = options.pool != nullptr ? *options.pool : *call_pool;
+  ParallelFor(pool, work.size(), [&](size_t i) {
     const cpu::KernelTask& task = plans[work[i].first].tasks[work[i].second];
     kernels[work[i].first][size_t(std::max(task.num_rows, 1) - 1)](task);
   });
-  ParallelFor(merges.size(), num_threads, options.pool, [&](size_t i) {
+  ParallelFor(pool, merges.size(), [&](size_t i) {
     const ViewPlan& plan = plans[merges[i].first];
     const SplitMerge& merge = plan.merges[merges[i].second];
     const int d = plan.head_dim;
@@ -308,7 +296,7 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
   if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
   ViewPlan plan;
   PlanView(view, queries, rotation, out, ThreadsOf(options), &plan);
-  RunPlans({&plan, 1}, ThreadsOf(options), options);
+  RunPlans({&plan, 1}, options);
   return Status::Ok();
 }
 
@@ -374,7 +362,7 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
                                            : PartialStatesOut{part_out[i - 1].data(), part_lse[i - 1].data()};
     PlanView(views[i], queries, rotation, states, ThreadsOf(options), &plans[i]);
   }
-  RunPlans(plans, ThreadsOf(options), options);
+  RunPlans(plans, options);
   for (size_t i = 1; i < views.size(); ++i) {
     float* const outs[] = {out, part_out[i - 1].data()};
     float* const lses[] = {lse, part_lse[i - 1].data()};

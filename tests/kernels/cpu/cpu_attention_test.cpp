@@ -10,10 +10,10 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "minimakv/cpu_attention.h"
-#include "minimakv/thread_pool.h"
 #include "minimakv/partial_state.h"
 #include "minimakv/reference_attention.h"
 #include "minimakv/scalar_formats.h"
+#include "minimakv/thread_pool.h"
 #include "minimakv/tq3_codec.h"
 #include "tools/synthetic_kv.h"
 
