@@ -742,9 +742,6 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-// x >> n (n constant after unrolling). (v7b / v12 tried a multiply-high on the FMA pipe instead: 5% slower,
-// docs/cuda-notes.md.)
-__device__ inline uint32_t ShiftRight(uint32_t x, int n) { return x >> n; }
 
 // Selector nibbles from the bit planes p0, p1, p2 (tq3_codec.h) of 32 coordinates: nibble n (n < 8) of quarter r
 // (r < 4) = 3-bit index of coordinate 4 n + r; bit 3 of every nibble is zero (prmt reads it as "replicate sign").
@@ -756,7 +753,7 @@ struct Tq3AlignedPlanes {
   uint32_t hi0, hi1, hi2;  // p0 >> 2, p1 >> 1, p2: bits 4 n + r - 2, - 1, + 0 hold it (r = 2, 3)
 };
 __device__ inline Tq3AlignedPlanes AlignTq3Planes(uint32_t p0, uint32_t p1, uint32_t p2) {
-  return {p0, p1 << 1, p2 << 2, ShiftRight(p0, 2), ShiftRight(p1, 1), p2};
+  return {p0, p1 << 1, p2 << 2, p0 >> 2, p1 >> 1, p2};
 }
 __device__ inline uint32_t Tq3Nibbles(const Tq3AlignedPlanes& a, int r) {
   const bool low = r < 2;
@@ -768,7 +765,7 @@ __device__ inline uint32_t Tq3Nibbles(const Tq3AlignedPlanes& a, int r) {
   const uint32_t mask1 = 0x22222222u << base;
   const uint32_t t = (b1 & mask1) | (b2 & ~mask1);  // bit-selects (one LOP3 each)
   const uint32_t u = (b0 & mask0) | (t & ~mask0);
-  return ShiftRight(u, base) & 0x77777777u;  // bit 3 of each nibble held another coordinate's sign
+  return (u >> base) & 0x77777777u;  // bit 3 of each nibble held another coordinate's sign
 }
 // Indices in nibbles 0-3 of sel -> fp16 centroids (alpha-scaled) as two fp16x2 registers: (c0, c1), (c2, c3).
 __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& out01, uint32_t& out23) {
@@ -789,7 +786,7 @@ __device__ inline void MergeTq3ValuePlanes(const uint32_t (&wa)[3], const uint32
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     e[i] = (wa[i] & 0x0F0F0F0Fu) | ((wb[i] << 4) & 0xF0F0F0F0u);
-    o[i] = (ShiftRight(wa[i], 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
+    o[i] = ((wa[i] >> 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
   }
   even = AlignTq3Planes(e[0], e[1], e[2]);
   odd = AlignTq3Planes(o[0], o[1], o[2]);
@@ -1044,8 +1041,8 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
       Tq3Lookup4(sel_even, tab, ve01[0], ve01[1]);
       Tq3Lookup4(sel_odd, tab, vo01[0], vo01[1]);
-      Tq3Lookup4(ShiftRight(sel_even, 16), tab, ve23[0], ve23[1]);
-      Tq3Lookup4(ShiftRight(sel_odd, 16), tab, vo23[0], vo23[1]);
+      Tq3Lookup4(sel_even >> 16, tab, ve23[0], ve23[1]);
+      Tq3Lookup4(sel_odd >> 16, tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) MmaF16(o_acc[r * kPerR + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
     }
@@ -1063,10 +1060,10 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
 #pragma unroll
     for (int j = 0; j < kCoords / 16; ++j) {  // 16 coordinates (2 m-tiles) at a time: fewer live registers
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-      Tq3Lookup4(ShiftRight(sel_even01, 16 * j), tab, ve01[0], ve01[1]);
-      Tq3Lookup4(ShiftRight(sel_odd01, 16 * j), tab, vo01[0], vo01[1]);
-      Tq3Lookup4(ShiftRight(sel_even23, 16 * j), tab, ve23[0], ve23[1]);
-      Tq3Lookup4(ShiftRight(sel_odd23, 16 * j), tab, vo23[0], vo23[1]);
+      Tq3Lookup4(sel_even01 >> 16 * j, tab, ve01[0], ve01[1]);
+      Tq3Lookup4(sel_odd01 >> 16 * j, tab, vo01[0], vo01[1]);
+      Tq3Lookup4(sel_even23 >> 16 * j, tab, ve23[0], ve23[1]);
+      Tq3Lookup4(sel_odd23 >> 16 * j, tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // m-tile r * kPerR + 2 j + h: coordinates 8 (2 j + h) + r and that + 4
         MmaF16(o_acc[r * kPerR + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
@@ -1349,8 +1346,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
           for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 4 e + r (a0, a1), 16 + 4 e + r (a2, a3)
             const uint32_t na = Tq3Nibbles(planes_a, r);
             const uint32_t nb = Tq3Nibbles(planes_b, r);
-            const uint32_t na_up = ShiftRight(na, 16);
-            const uint32_t nb_up = ShiftRight(nb, 16);
+            const uint32_t na_up = na >> 16;
+            const uint32_t nb_up = nb >> 16;
             const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
             const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
             const uint32_t h0 = Prmt(digits.hi_pos, digits.hi_neg, na);
