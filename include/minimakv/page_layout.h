@@ -7,7 +7,7 @@
 //   K scales  [kv_heads][page_tokens]   fp32 (FP8) or fp16 (TQ3); absent for BF16
 //   V scales  [kv_heads][page_tokens]
 //   padding   up to a multiple of kPageAlignBytes
-// Code bytes per vector: BF16 2d (bf16 values), FP8 d (E4M3 codes), TQ3 3d/8 (bit planes, tq3_codec.h).
+// Code bytes per vector: BF16 2d (bf16 values), FP8 d (E4M3 codes), TQ3 3d/8 (3-bit nibble codes, tq3_codec.h).
 #pragma once
 
 #include <cstddef>

@@ -13,11 +13,17 @@
 // score is scale * sum_i q'_i c[idx_i] with q' = Forward(q), and the output is rotated back once.
 // A zero vector stores scale 0 (and decodes to zero).
 //
-// Byte layout of one vector's codes (3d/8 bytes; d=128: 48 B), chosen for decode with bit masks (AVX-512
-// mask registers, CUDA bit extracts): coordinates in groups of 32; group g takes 12 bytes at offset 12 g:
-//   bytes [12g + 0, 12g + 4)  uint32 little endian, bit j = magnitude bit 0 of coordinate 32g + j
-//   bytes [12g + 4, 12g + 8)  uint32 little endian, bit j = magnitude bit 1 of coordinate 32g + j
-//   bytes [12g + 8, 12g + 12) uint32 little endian, bit j = sign of coordinate 32g + j (1 = negative)
+// Byte layout of one vector's codes (3d/8 bytes; d=128: 48 B), chosen so that decode gets 3-bit selectors with
+// one mask per 8 coordinates (CUDA prmt selectors, AVX-512 byte shuffles): coordinates in groups of 32; group g
+// takes 12 bytes at offset 12 g, three little-endian uint32 words W0, W1, W2 (bytes [12g + 4i, 12g + 4i + 4)).
+// Nibble n (bits 4n .. 4n + 3, n < 8) of word Wi (i < 3):
+//   bits 4n .. 4n + 2  the 3-bit index of coordinate 32g + 8i + n
+//   bit  4n + 3        bit i of the index of coordinate 32g + 24 + n
+// So Wi & 0x77777777 holds coordinates 8i .. 8i + 7 of the group as nibbles, and the "spill" coordinates
+// 24 .. 31 are ((W0 >> 3) & 0x11111111) | ((W1 >> 2) & 0x22222222) | ((W2 >> 1) & 0x44444444), nibble n =
+// coordinate 24 + n. Example: index 5 (binary 101) at coordinate 33 (g = 1, i = 0, n = 1) sets bits 4 and 6 of
+// W0 of group 1 (bytes 12 .. 15); index 6 at coordinate 58 (g = 1, spill n = 2) sets bit 11 of W1 and of W2.
+// (Sessions 1-5 used three bit planes per group; docs/cuda-notes.md "selector-ready layout" says why it changed.)
 // Index = sign << 2 | magnitude; magnitude m selects Tq3Magnitude(m). The fp16 scale lives apart from the
 // codes, in the page's scale section (see page_layout.h).
 #pragma once
@@ -72,14 +78,23 @@ MINIMAKV_HOST_DEVICE constexpr int Tq3CodeBytes(int head_dim) { return 3 * head_
 // Reads / writes the 3-bit index of coordinate i in a code block laid out as above (as uint32 words).
 MINIMAKV_HOST_DEVICE inline int Tq3GetIndex(const uint32_t* words, int i) {
   const uint32_t* group = words + 3 * (i / 32);
-  const int bit = i % 32;
-  return int((group[0] >> bit) & 1u) | int(((group[1] >> bit) & 1u) << 1) | int(((group[2] >> bit) & 1u) << 2);
+  const int c = i % 32;
+  if (c < 24) return int((group[c / 8] >> (4 * (c % 8))) & 7u);
+  const int spill_bit = 4 * (c - 24) + 3;
+  return int((group[0] >> spill_bit) & 1u) | int(((group[1] >> spill_bit) & 1u) << 1) |
+         int(((group[2] >> spill_bit) & 1u) << 2);
 }
 MINIMAKV_HOST_DEVICE inline void Tq3SetIndex(uint32_t* words, int i, int index) {
   uint32_t* group = words + 3 * (i / 32);
-  const uint32_t mask = 1u << (i % 32);
-  for (int plane = 0; plane < 3; ++plane) {
-    group[plane] = (index >> plane) & 1 ? (group[plane] | mask) : (group[plane] & ~mask);
+  const int c = i % 32;
+  if (c < 24) {
+    const int shift = 4 * (c % 8);
+    group[c / 8] = (group[c / 8] & ~(7u << shift)) | (uint32_t(index & 7) << shift);
+    return;
+  }
+  const uint32_t mask = 1u << (4 * (c - 24) + 3);
+  for (int bit = 0; bit < 3; ++bit) {
+    group[bit] = (index >> bit) & 1 ? (group[bit] | mask) : (group[bit] & ~mask);
   }
 }
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -138,10 +139,28 @@ TEST_P(CodecsByHeadDim, Tq3PackUnpackIsBitExact) {
     Tq3SetIndex(words.data(), i, indices[i]);
   }
   for (int i = 0; i < d; ++i) EXPECT_EQ(Tq3GetIndex(words.data(), i), indices[i]);
-  // Layout: coordinate 33's sign is bit 1 of the third word of group 1 (bytes 20..23).
-  Tq3SetIndex(words.data(), 33, 4);
-  EXPECT_EQ((words[5] >> 1) & 1u, 1u);
-  EXPECT_EQ((words[3] >> 1) & 1u, 0u);
+  // Layout (tq3_codec.h): coordinate 33 (group 1, word 0, nibble 1) sits in bits 4..6 of word 3; coordinate 58
+  // (group 1, spill nibble 2) in bit 11 of words 3, 4, 5.
+  std::fill(words.begin(), words.end(), 0u);
+  Tq3SetIndex(words.data(), 33, 5);
+  EXPECT_EQ(words[3], 0x50u);
+  Tq3SetIndex(words.data(), 58, 6);
+  EXPECT_EQ(words[3], 0x50u);
+  EXPECT_EQ(words[4], 1u << 11);
+  EXPECT_EQ(words[5], 1u << 11);
+  EXPECT_EQ(Tq3GetIndex(words.data(), 58), 6);
+  // Masked words give coordinates 8i .. 8i + 7 as nibbles; the spill nibbles give 24 .. 31.
+  if (d >= 64) {
+    for (int i = 0; i < 64; ++i) Tq3SetIndex(words.data(), i, indices[i]);
+    for (int g = 0; g < 2; ++g) {
+      const uint32_t* w = words.data() + 3 * g;
+      const uint32_t spill = ((w[0] >> 3) & 0x11111111u) | ((w[1] >> 2) & 0x22222222u) | ((w[2] >> 1) & 0x44444444u);
+      for (int n = 0; n < 8; ++n) {
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(int((w[i] >> (4 * n)) & 7u), indices[32 * g + 8 * i + n]);
+        EXPECT_EQ(int((spill >> (4 * n)) & 7u), indices[32 * g + 24 + n]);
+      }
+    }
+  }
 }
 
 TEST_P(CodecsByHeadDim, Tq3BytesAreDeterministicForASeed) {
