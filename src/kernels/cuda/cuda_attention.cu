@@ -6,9 +6,10 @@
 //   O^T[16 dims][8 heads] += V^T[16 dims][16 keys] * P^T    (P^T fragments are the S accumulators, no shuffle)
 // The reduction dimension of an MMA may be permuted freely as long as both operands use the same permutation,
 // so each thread loads 16-byte runs of its key rows straight into fragment registers (K side: the query
-// fragment follows the key layout; V side: the output rows are relabeled). TQ3 codes expand to fp16 in
-// registers: the three bit planes are spread into 3-bit nibbles and two byte permutes (prmt) look up the low and
-// high bytes of the fp16 centroid. Nothing is dequantized to memory.
+// fragment follows the key layout; V side: the output rows are relabeled). TQ3 codes expand in registers: the
+// code words hold 3-bit indices as nibbles (tq3_codec.h), which serve as byte-permute (prmt) selectors after a
+// mask: one prmt per 4 coordinates and int8 digit (scores), two prmt for the low and high bytes of fp16
+// centroids plus two interleaves (values). Nothing is dequantized to memory.
 #include "minimakv/cuda_attention.h"
 
 #include <cuda_bf16.h>
@@ -271,10 +272,10 @@ __host__ __device__ inline int VDim(int g, int rho, int e) {
     return 8 * (8 * (rho >> 2) + g) + 2 * (rho & 3) + e;
   } else if constexpr (kFormat == KvFormat::kFp8) {
     return 16 * (8 * (rho >> 3) + g) + 2 * (rho & 7) + e;
-  } else if constexpr (kHeadDim == 256) {  // group g, ExpandTq3<32>
-    return 32 * g + 8 * (rho & 3) + (rho >> 2) + 4 * e;
-  } else {  // half group: coordinates 16 (g & 1) .. of group g / 2, ExpandTq3<16>
-    return 32 * (g >> 1) + 16 * (g & 1) + 8 * (rho & 1) + (rho >> 1) + 4 * e;
+  } else if constexpr (kHeadDim == 256) {  // group g; m-tile rho = 4 r + 2 j + h: coordinate 8 r + 4 j + 2 h + e
+    return 32 * g + 2 * rho + e;
+  } else {  // half g & 1 of group g / 2; m-tile rho = 2 r + h: coordinate 8 r + 4 (g & 1) + 2 h + e
+    return 32 * (g >> 1) + 8 * (rho >> 1) + 4 * (g & 1) + 2 * (rho & 1) + e;
   }
 }
 
@@ -743,29 +744,18 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// Selector nibbles from the bit planes p0, p1, p2 (tq3_codec.h) of 32 coordinates: nibble n (n < 8) of quarter r
-// (r < 4) = 3-bit index of coordinate 4 n + r; bit 3 of every nibble is zero (prmt reads it as "replicate sign").
-// The planes are aligned once per group so that each quarter costs two bit-selects, one shift and one mask:
-// low quarters (r = 0, 1) from (p0, p1 << 1, p2 << 2), high ones (r = 2, 3) from (p0 >> 2, p1 >> 1, p2) (a plane
-// shifted the other way would lose coordinate 31's or 0's bits).
-struct Tq3AlignedPlanes {
-  uint32_t lo0, lo1, lo2;  // p0, p1 << 1, p2 << 2: bits 4 n + r, + 1, + 2 hold coordinate 4 n + r (r = 0, 1)
-  uint32_t hi0, hi1, hi2;  // p0 >> 2, p1 >> 1, p2: bits 4 n + r - 2, - 1, + 0 hold it (r = 2, 3)
-};
-__device__ inline Tq3AlignedPlanes AlignTq3Planes(uint32_t p0, uint32_t p1, uint32_t p2) {
-  return {p0, p1 << 1, p2 << 2, p0 >> 2, p1 >> 1, p2};
-}
-__device__ inline uint32_t Tq3Nibbles(const Tq3AlignedPlanes& a, int r) {
-  const bool low = r < 2;
-  const int base = low ? r : r - 2;  // bit of nibble n where coordinate 4 n + r's magnitude bit 0 sits
-  const uint32_t b0 = low ? a.lo0 : a.hi0;
-  const uint32_t b1 = low ? a.lo1 : a.hi1;
-  const uint32_t b2 = low ? a.lo2 : a.hi2;
-  const uint32_t mask0 = 0x11111111u << base;
-  const uint32_t mask1 = 0x22222222u << base;
-  const uint32_t t = (b1 & mask1) | (b2 & ~mask1);  // bit-selects (one LOP3 each)
-  const uint32_t u = (b0 & mask0) | (t & ~mask0);
-  return (u >> base) & 0x77777777u;  // bit 3 of each nibble held another coordinate's sign
+// prmt selectors straight from the TQ3 code words (tq3_codec.h, "Byte layout"): per 32-coordinate group three
+// little-endian words W0, W1, W2; nibble n of Wi holds coordinate 8 i + n in bits 0-2 and bit i of coordinate
+// 24 + n's index in bit 3. A prmt selector nibble must have bit 3 clear (set, prmt replicates the byte's sign bit),
+// so Wi & kTq3IndexNibbles is the selector word of coordinates 8 i .. 8 i + 7 (one LOP3 per 8 codes; the bit-plane
+// layout of sessions 1-5 needed ~5 ALU instructions per 8 codes here, docs/cuda-notes.md v14).
+constexpr uint32_t kTq3IndexNibbles = 0x77777777u;
+// Selector word of the spill coordinates 24 .. 31 (nibble n = coordinate 24 + n): bit i of each nibble gathered from
+// bit 3 of the same nibble of word i. Three shifts, two bit-selects and the mask (6 ALU instructions per 8 codes).
+__device__ inline uint32_t Tq3SpillSelectors(uint32_t w0, uint32_t w1, uint32_t w2) {
+  const uint32_t bits21 = ((w1 >> 2) & 0x22222222u) | ((w2 >> 1) & ~0x22222222u);  // bit 1 from W1, bit 2 from W2
+  const uint32_t bits210 = ((w0 >> 3) & 0x11111111u) | (bits21 & ~0x11111111u);     // bit 0 from W0
+  return bits210 & kTq3IndexNibbles;  // bit 3 held junk (the next nibble's bit 0 of W2 >> 1)
 }
 // Indices in nibbles 0-3 of sel -> fp16 centroids (alpha-scaled) as two fp16x2 registers: (c0, c1), (c2, c3).
 __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& out01, uint32_t& out23) {
@@ -774,22 +764,27 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
   out01 = Prmt(lo4, hi4, 0x5140u);
   out23 = Prmt(lo4, hi4, 0x7362u);
 }
-// Value side: the planes of two keys a, b merged so that selector nibbles alternate between the keys. Byte k of
-// even plane i = (bits 8k..8k+3 of a's plane i, then of b's); of odd plane i = bits 8k+4..8k+7 of a's, then b's.
-// Tq3Nibbles(even, r): nibble 2k = a's coordinate 8k + r, nibble 2k + 1 = b's; Tq3Nibbles(odd, r): 8k + 4 + r.
-// So Tq3Lookup4(Tq3Nibbles(even, r) >> 16 j) gives the (a, b) pairs of coordinates 16 j + r and 16 j + 8 + r, the
-// odd planes those of 16 j + 4 + r and 16 j + 12 + r.
-__device__ inline void MergeTq3ValuePlanes(const uint32_t (&wa)[3], const uint32_t (&wb)[3], Tq3AlignedPlanes& even,
-                                           Tq3AlignedPlanes& odd) {
-  uint32_t e[3];
-  uint32_t o[3];
+// Value side: the value MMA's A operand pairs two keys a, b of one coordinate per register, so the selector nibbles
+// of the two keys are interleaved first, on the raw words (bit 3 of every nibble still carries its spill bit):
+// byte k of x[i] = (a's nibble 2 k, b's nibble 2 k), byte k of y[i] = (a's nibble 2 k + 1, b's nibble 2 k + 1), one
+// shift and one bit-select each. Then even[r] (r < 3) = x[r] masked: byte k = (a, b) indices of coordinate 8 r + 2 k;
+// odd[r]: coordinate 8 r + 2 k + 1; even[3] / odd[3] apply the spill gather to x / y (bit 3 of x's nibble 2 k is a's
+// spill bit, of nibble 2 k + 1 b's): coordinates 24 + 2 k / 24 + 2 k + 1. Tq3Lookup4(even[r] >> 16 j) thus yields the
+// (a, b) pairs of coordinates 8 r + 4 j and 8 r + 4 j + 2, odd[r] those of + 1 and + 3. 30 ALU instructions per 64
+// codes (48 with the bit planes of sessions 1-5).
+__device__ inline void Tq3PairSelectors(const uint32_t (&wa)[3], const uint32_t (&wb)[3], uint32_t (&even)[4],
+                                        uint32_t (&odd)[4]) {
+  uint32_t x[3];
+  uint32_t y[3];
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
-    e[i] = (wa[i] & 0x0F0F0F0Fu) | ((wb[i] << 4) & 0xF0F0F0F0u);
-    o[i] = ((wa[i] >> 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
+    x[i] = (wa[i] & 0x0F0F0F0Fu) | ((wb[i] << 4) & 0xF0F0F0F0u);
+    y[i] = ((wa[i] >> 4) & 0x0F0F0F0Fu) | (wb[i] & 0xF0F0F0F0u);
+    even[i] = x[i] & kTq3IndexNibbles;
+    odd[i] = y[i] & kTq3IndexNibbles;
   }
-  even = AlignTq3Planes(e[0], e[1], e[2]);
-  odd = AlignTq3Planes(o[0], o[1], o[2]);
+  even[3] = Tq3SpillSelectors(x[0], x[1], x[2]);
+  odd[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
 }
 
 // ---- v9: TQ3 scores on the integer tensor cores (kImma in the kernel; the v8 fp16 score path was dropped in v10).
@@ -857,9 +852,10 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
 }
 
 // Query digit fragments for the integer score MMAs, once per CTA in shared memory: q_frag[k-step][lane] = {q2 b0,
-// q2 b1, q1 b0, q1 b1}, q_frag0[k-step][lane] = {q0 b0, q0 b1} of head g = lane / 4 for k-step (block, quarter r) =
-// 4 block + r, where byte e of b0 (b1) is dim 128 block + 32 t + 4 e + r (+ 16): the order in which
-// Tq3Nibbles(., r) and its upper half present a key's coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
+// q2 b1, q1 b0, q1 b1}, q_frag0[k-step][lane] = {q0 b0, q0 b1} of head g = lane / 4 for k-step (block, r) =
+// 4 block + r, where byte e of b0 (b1) is dim 128 block + 32 t + 8 r + e (+ 4): the order in which selector word r
+// of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
+// coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
 template <int kHeadDim>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, int kv_head,
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
@@ -921,7 +917,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
       for (int byte = 0; byte < 4; ++byte) {
-        const int dim = block * kBlockDims + 32 * tt + 16 * j + 4 * byte + r;
+        const int dim = block * kBlockDims + 32 * tt + 8 * r + 4 * j + byte;
         const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
         const int fixed = min(max(__float2int_rn(v * to_fixed), -kTq3QueryFixedMax), kTq3QueryFixedMax);
         // Floor divisions (arithmetic shifts) with the lower digits centred: q1, q0 in [-128, 127].
@@ -1001,11 +997,11 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     }
     return;
   }
-  // ---- values: keys 2t, 2t + 1 (a0, a1 of the A operand) and 8 + 2t, 9 + 2t (a2, a3), one quarter of the
-  // coordinates at a time (kPerR m-tiles).
-  constexpr int kCoords = kHeadDim == 256 ? 32 : 16;
-  constexpr int kPerR = kCoords / 8;
-  // d = 128: thread g takes the 16-coordinate half g & 1 of group g / 2, read as 16-bit plane halves.
+  // ---- values: keys 2t, 2t + 1 (a0, a1 of the A operand) and 8 + 2t, 9 + 2t (a2, a3); row g of an m-tile takes
+  // the even coordinate of a selector byte pair, row g + 8 the odd one (Tq3PairSelectors; output dims: VDim).
+  // d = 256: thread g takes group g (12 bytes at 12 g). d = 128: the 16-bit halves h = g & 1 of the three words of
+  // group g / 2: nibbles 4 h .. 4 h + 3 of each word, i.e. the indices of coordinates 8 i + 4 h + n (i < 3, n < 4)
+  // with the spill bits of 24 + 4 h + n, a complete set of 16 coordinates.
   const uint8_t* v_rows = v_stage + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
   const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
   uint32_t w[4][3];
@@ -1015,58 +1011,53 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     // any TQ3 code decodes to a finite value, and a masked key's probability is exactly 0.
     const uint8_t* codes = v_rows + keys[i] * L::kVStride;
 #pragma unroll
-    for (int plane = 0; plane < 3; ++plane) {
-      w[i][plane] = kHeadDim == 256 ? LoadU32(codes + 4 * plane)
-                                    : uint32_t(*reinterpret_cast<const uint16_t*>(codes + 4 * plane));
+    for (int word = 0; word < 3; ++word) {
+      w[i][word] = kHeadDim == 256 ? LoadU32(codes + 4 * word)
+                                   : uint32_t(*reinterpret_cast<const uint16_t*>(codes + 4 * word));
     }
   }
   if constexpr (kHeadDim == 128) {
-    // The 16-bit plane halves of keys 2t and 8 + 2t share one 32-bit word (low / high half), those of 2t + 1 and
-    // 9 + 2t another (disjoint halves: the packing is an integer multiply-add), so one merged selector word serves
-    // both key pairs: its low 16 bits give pair (2t, 2t + 1), its high 16 bits pair (8 + 2t, 9 + 2t) of the same
-    // coordinates (the word has the shape of a d = 256 group; v8: ~25 fewer integer ALU ops per tile).
+    // The half-words of keys 2t and 8 + 2t share one 32-bit word (low / high half), those of 2t + 1 and 9 + 2t
+    // another (disjoint halves: the packing is an integer multiply-add, off the ALU pipe), so one pair-selector word
+    // serves both key pairs: bytes 0-1 give pair (2t, 2t + 1), bytes 2-3 pair (8 + 2t, 9 + 2t) of the same two
+    // coordinates (v8: ~25 fewer integer ALU ops per tile than selectors per key pair).
     uint32_t w02[3];
     uint32_t w13[3];
 #pragma unroll
-    for (int plane = 0; plane < 3; ++plane) {
-      w02[plane] = w[0][plane] + w[2][plane] * 65536u;
-      w13[plane] = w[1][plane] + w[3][plane] * 65536u;
+    for (int word = 0; word < 3; ++word) {
+      w02[word] = w[0][word] + w[2][word] * 65536u;
+      w13[word] = w[1][word] + w[3][word] * 65536u;
     }
-    Tq3AlignedPlanes even, odd;
-    MergeTq3ValuePlanes(w02, w13, even, odd);
+    uint32_t even[4];
+    uint32_t odd[4];
+    Tq3PairSelectors(w02, w13, even, odd);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const uint32_t sel_even = Tq3Nibbles(even, r);
-      const uint32_t sel_odd = Tq3Nibbles(odd, r);
+    for (int r = 0; r < 4; ++r) {  // m-tiles 2 r + h: coordinates 8 r + 4 (g & 1) + 2 h (row g), + 1 (row g + 8)
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-      Tq3Lookup4(sel_even, tab, ve01[0], ve01[1]);
-      Tq3Lookup4(sel_odd, tab, vo01[0], vo01[1]);
-      Tq3Lookup4(sel_even >> 16, tab, ve23[0], ve23[1]);
-      Tq3Lookup4(sel_odd >> 16, tab, vo23[0], vo23[1]);
+      Tq3Lookup4(even[r], tab, ve01[0], ve01[1]);
+      Tq3Lookup4(odd[r], tab, vo01[0], vo01[1]);
+      Tq3Lookup4(even[r] >> 16, tab, ve23[0], ve23[1]);
+      Tq3Lookup4(odd[r] >> 16, tab, vo23[0], vo23[1]);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) MmaF16(o_acc[r * kPerR + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+      for (int h = 0; h < 2; ++h) MmaF16(o_acc[2 * r + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
     }
     return;
   }
-  Tq3AlignedPlanes even01, odd01, even23, odd23;
-  MergeTq3ValuePlanes(w[0], w[1], even01, odd01);
-  MergeTq3ValuePlanes(w[2], w[3], even23, odd23);
+  uint32_t even01[4], odd01[4], even23[4], odd23[4];
+  Tq3PairSelectors(w[0], w[1], even01, odd01);
+  Tq3PairSelectors(w[2], w[3], even23, odd23);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const uint32_t sel_even01 = Tq3Nibbles(even01, r);
-    const uint32_t sel_odd01 = Tq3Nibbles(odd01, r);
-    const uint32_t sel_even23 = Tq3Nibbles(even23, r);
-    const uint32_t sel_odd23 = Tq3Nibbles(odd23, r);
 #pragma unroll
-    for (int j = 0; j < kCoords / 16; ++j) {  // 16 coordinates (2 m-tiles) at a time: fewer live registers
+    for (int j = 0; j < 2; ++j) {  // 4 coordinates (2 m-tiles) at a time: fewer live registers
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-      Tq3Lookup4(sel_even01 >> 16 * j, tab, ve01[0], ve01[1]);
-      Tq3Lookup4(sel_odd01 >> 16 * j, tab, vo01[0], vo01[1]);
-      Tq3Lookup4(sel_even23 >> 16 * j, tab, ve23[0], ve23[1]);
-      Tq3Lookup4(sel_odd23 >> 16 * j, tab, vo23[0], vo23[1]);
+      Tq3Lookup4(even01[r] >> 16 * j, tab, ve01[0], ve01[1]);
+      Tq3Lookup4(odd01[r] >> 16 * j, tab, vo01[0], vo01[1]);
+      Tq3Lookup4(even23[r] >> 16 * j, tab, ve23[0], ve23[1]);
+      Tq3Lookup4(odd23[r] >> 16 * j, tab, vo23[0], vo23[1]);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // m-tile r * kPerR + 2 j + h: coordinates 8 (2 j + h) + r and that + 4
-        MmaF16(o_acc[r * kPerR + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+      for (int h = 0; h < 2; ++h) {  // m-tile 4 r + 2 j + h: coordinates 8 r + 4 j + 2 h (row g), + 1 (row g + 8)
+        MmaF16(o_acc[4 * r + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
       }
     }
   }
@@ -1338,14 +1329,14 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         const uint8_t* codes_b = row_b + t * 12;
 #pragma unroll
         for (int block = 0; block < kBlocks; ++block) {
-          const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: 12 bytes of bit planes
+          const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: words W0, W1, W2
           const uint8_t* gb = codes_b + block * 48;
-          const Tq3AlignedPlanes planes_a = AlignTq3Planes(LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8));
-          const Tq3AlignedPlanes planes_b = AlignTq3Planes(LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8));
+          const uint32_t wa[3] = {LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8)};
+          const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 4 e + r (a0, a1), 16 + 4 e + r (a2, a3)
-            const uint32_t na = Tq3Nibbles(planes_a, r);
-            const uint32_t nb = Tq3Nibbles(planes_b, r);
+          for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 8 r + e (a0, a1), 8 r + 4 + e (a2, a3)
+            const uint32_t na = r < 3 ? wa[r] & kTq3IndexNibbles : Tq3SpillSelectors(wa[0], wa[1], wa[2]);
+            const uint32_t nb = r < 3 ? wb[r] & kTq3IndexNibbles : Tq3SpillSelectors(wb[0], wb[1], wb[2]);
             const uint32_t na_up = na >> 16;
             const uint32_t nb_up = nb >> 16;
             const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1

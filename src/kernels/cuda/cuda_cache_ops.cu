@@ -148,7 +148,7 @@ struct ConvertParams {
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreadsPerBlock) ConvertKernel(ConvertParams p) {
   constexpr int kPerLane = kHeadDim / kWarpSize;  // also the number of 32-coordinate groups
-  constexpr int kWords = 3 * kPerLane;            // bit-plane words of one vector
+  constexpr int kWords = 3 * kPerLane;            // code words of one vector (3 per group)
   const int lane = threadIdx.x % kWarpSize;
   const int page_tokens = p.fp8_layout.page_tokens;
   const int kv_heads = p.fp8_layout.kv_heads;
@@ -215,13 +215,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ConvertKernel(ConvertParams 
     write_zero();
     return;
   }
-  // Group k = coordinates 32 k + lane: one ballot per bit plane gives the word directly (bit j = lane j).
+  // Group k = coordinates 32 k + lane, packed as tq3_codec.h lays it out: lane c < 24 puts its index into nibble
+  // c % 8 of word c / 8, lane c >= 24 bit i of its index into bit 3 of nibble c - 24 of word i. The bits of different
+  // lanes are disjoint, so each word is the OR over the warp of the lanes' parts (one warp reduction per word).
+  const int spill_nibble = lane - 24;  // >= 0 for the spill coordinates 24 .. 31
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
 #pragma unroll
-    for (int plane = 0; plane < 3; ++plane) {
-      const uint32_t word = __ballot_sync(kFullWarpMask, (index[k] >> plane) & 1);
-      if (lane == 3 * k + plane) dst_words[3 * k + plane] = word;
+    for (int word = 0; word < 3; ++word) {
+      uint32_t part = 0u;
+      if (spill_nibble < 0) {
+        part = lane / 8 == word ? uint32_t(index[k]) << (4 * (lane % 8)) : 0u;
+      } else {
+        part = uint32_t((index[k] >> word) & 1) << (4 * spill_nibble + 3);
+      }
+      const uint32_t packed = __reduce_or_sync(kFullWarpMask, part);
+      if (lane == 3 * k + word) dst_words[3 * k + word] = packed;
     }
   }
   if (lane == 0) *dst_scale = FloatToFp16(scale);
