@@ -209,29 +209,49 @@ struct Fp8Amx {
   }
 };
 
+// The spill nibbles of both TQ3 groups of a 64-coordinate step (tq3_codec.h: coordinates 24..31 of each group;
+// nibble n = bit 3 of nibble n of W0, W1, W2 as index bits 0, 1, 2): group 0 in bits 0-31, group 1 in 32-63.
+// The masked words have disjoint bits after the shifts by 0, 1, 2 (adds as LEAs); bits 3, 7, .. move to 0, 4, ..
+// Scalar: the ALU ports it uses are the ones the vector expansion leaves idle.
+inline uint64_t Tq3SpillNibblePair(const uint8_t* step_codes) {
+  constexpr uint32_t kSpillBits = 0x88888888u;  // bit 3 of every nibble
+  uint32_t w[6];
+  std::memcpy(w, step_codes, sizeof w);
+  const uint64_t sum0 = uint64_t(w[0] & kSpillBits) + (uint64_t(w[1] & kSpillBits) << 1) +
+                        (uint64_t(w[2] & kSpillBits) << 2);
+  const uint64_t sum1 = uint64_t(w[3] & kSpillBits) + (uint64_t(w[4] & kSpillBits) << 1) +
+                        (uint64_t(w[5] & kSpillBits) << 2);
+  return (sum0 >> 3) | (sum1 << 29);  // sum1's bits 3, 7, .. land on 32, 36, ..
+}
+
 struct Tq3Amx {
   static constexpr KvFormat kFormat = KvFormat::kTq3;
   static constexpr int kZmm = 2;
   static constexpr int kStepCoords = 64;
-  // Register z, word w holds coordinate 2 w + z of the step (even coordinates, then odd ones; see Expand).
-  static int Coordinate(int e) { return e / 64 * 64 + 2 * (e % 32) + (e % 64) / 32; }
+  // Register z, word 8 L + k (128-bit lane L, k < 8) holds nibble 4 (k % 2) + L of source word kSourceBase[z][k / 2]:
+  // z = 0: W0, W1, W2 of group 0 and W0 of group 1 (the step's bytes 0..15); z = 1: W1, W2 of group 1 (bytes
+  // 16..23) and the spill words of groups 0 and 1. kSourceBase is the coordinate of each source word's nibble 0.
+  static constexpr int kSourceBase[kZmm][4] = {{0, 8, 16, 32}, {40, 48, 24, 56}};
+  static int Coordinate(int e) {
+    const int z = (e % 64) / 32, w = e % 32;
+    const int lane = w / 8, k = w % 8;
+    return e / 64 * 64 + kSourceBase[z][k / 2] + 4 * (k % 2) + lane;
+  }
   struct State {
-    __m512i table;       // bf16 bits of the signed unit of each index = sign << 2 | magnitude (8 of 32 words)
-    __m512i gather;      // byte shuffle: plane bytes into GF2P8AFFINEQB matrix rows (see Expand)
-    __m512i bit_select;  // byte j of every qword = 1 << j
+    __m512i table;         // bf16 bits of the signed unit of index i % 8 (VPERMW reads 5 index bits: 4 copies)
+    __m512i nibble_shift;  // word 8 L + k: 4 L bits
   };
   MINIMAKV_AMX_TARGET static State MakeState() {
-    alignas(64) uint16_t units[kTileBf16] = {};
+    alignas(64) uint16_t units[kTileBf16];
     Tq3AmxUnits(units);
-    alignas(64) uint8_t gather[64] = {};
-    for (int q = 0; q < 8; ++q) {  // qword q: coordinates 8q .. 8q + 7 = byte q % 4 of the planes of group q / 4
-      const int group = q / 4, byte = q % 4;
-      for (int plane = 0; plane < 3; ++plane) gather[8 * q + 7 - plane] = uint8_t(12 * group + 4 * plane + byte);
+    alignas(64) uint16_t shifts[kTileBf16];
+    for (int w = 0; w < kTileBf16; ++w) {
+      units[w] = units[w % kTq3Indices];
+      shifts[w] = uint16_t(4 * (w / 8));
     }
     State s;
     s.table = _mm512_load_si512(units);
-    s.gather = _mm512_load_si512(gather);
-    s.bit_select = _mm512_set1_epi64(int64_t(0x8040201008040201ull));
+    s.nibble_shift = _mm512_load_si512(shifts);
     return s;
   }
   // units[i]: bf16 bits of Tq3Centroid(i) * alpha, i.e. of +-kTq3MagnitudeUnits[i & 3] (exact, see the file comment).
@@ -241,19 +261,19 @@ struct Tq3Amx {
       units[i] = FloatToBf16((i & 4) ? -unit : unit);
     }
   }
-  // 64 coordinates (two 12-byte groups of tq3_codec.h) in five vector operations: the three plane bytes of each
-  // run of 8 coordinates become rows 7, 6, 5 of an 8x8 bit matrix (one qword), and GF2P8AFFINEQB against
-  // x = 1 << j transposes it, so byte j of the result is bit j of each plane = the index of coordinate
-  // 8 q + j (result bit k = parity(matrix byte 7 - k AND x); ref: Intel SDM vol. 2, GF2P8AFFINEQB). VPERMW
-  // reads the low 5 bits of each word, i.e. the even coordinate's index; the odd ones after a shift by 8.
+  // 64 coordinates (two 12-byte groups of tq3_codec.h) in five vector operations: register 0's source is the
+  // step's bytes 0..15 broadcast to every 128-bit lane (a load), register 1's the qword of bytes 16..23
+  // broadcast (a load) with the spill nibbles of both groups merged into its odd qwords (one VPBROADCASTQ from
+  // a general register); one VPSRLVW each brings nibble L of every word to bits 0-3 in lane L, and one VPERMW
+  // each looks the index up (bit 3, a spill bit, and bit 4 select among the table's 4 copies).
   MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm]) {
-    constexpr __mmask64 kGroupBytes = (__mmask64(1) << 24) - 1;
-    constexpr __mmask64 kMatrixRows = 0xE0E0E0E0E0E0E0E0ull;  // bytes 5, 6, 7 of every qword
-    const __m512i raw = _mm512_maskz_loadu_epi8(kGroupBytes, codes + 24 * step);
-    const __m512i rows = _mm512_maskz_permutexvar_epi8(kMatrixRows, s.gather, raw);
-    const __m512i index = _mm512_gf2p8affine_epi64_epi8(s.bit_select, rows, 0);
-    out[0] = _mm512_permutexvar_epi16(index, s.table);
-    out[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(index, 8), s.table);
+    constexpr __mmask8 kOddQwords = 0xAA;
+    const uint8_t* step_codes = codes + 24 * step;
+    const __m512i low = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step_codes)));
+    const __m512i high = _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(step_codes + 16)));
+    const __m512i high_spill = _mm512_mask_set1_epi64(high, kOddQwords, int64_t(Tq3SpillNibblePair(step_codes)));
+    out[0] = _mm512_permutexvar_epi16(_mm512_srlv_epi16(low, s.nibble_shift), s.table);
+    out[1] = _mm512_permutexvar_epi16(_mm512_srlv_epi16(high_spill, s.nibble_shift), s.table);
   }
 };
 

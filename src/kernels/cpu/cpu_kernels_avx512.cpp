@@ -13,8 +13,8 @@
 //   3. out = acc / sum, lane order undone, TQ3 rotated back once per row.
 // Lane orders: BF16 splits 32 packed bf16 into even and odd coordinates (one shift, one AND for 32 values);
 // FP8 widens 64 E4M3 codes through two 128-entry byte tables into exact fp32 bits, leaving an interleaved
-// order; TQ3 is in coordinate order (bit planes map lane j to coordinate j). The query is permuted the same
-// way, so dot products are unchanged and the value accumulators are un-permuted once at the end.
+// order; TQ3 takes nibbles of two 32-bit code words alternately (tq3_codec.h: nibble layout, see Tq3Lanes). The
+// query is permuted the same way, so dot products are unchanged and the value accumulators are un-permuted once at the end.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -155,42 +155,55 @@ struct Fp8Lanes {
   }
 };
 
-// A mask register loaded straight from memory: kmovw k, m16 is a load-port uop, while the compiler's default
-// (movzwl to a general register, then kmovw k, r32) spends a port-5 uop that the blends and FMAs need.
-MINIMAKV_AVX512_TARGET inline __mmask16 LoadMask16(const uint8_t* p) {
-  __mmask16 mask;
-  asm("kmovw %1, %0" : "=k"(mask) : "m"(*reinterpret_cast<const uint16_t*>(p)));
-  return mask;
+// The spill nibbles of one TQ3 group (coordinates 24..31, tq3_codec.h): nibble n = bit 3 of nibble n of W0, W1,
+// W2 as index bits 0, 1, 2. The masked words have disjoint bits after the shifts by 0, 1, 2 (one add chain, two
+// LEAs), and the sum's bits 3, 7, .. 31 move down to bits 0, 4, .. 28. Scalar: the ALU ports it uses are the
+// ones the vector unpack and FMAs leave idle.
+inline uint32_t Tq3SpillNibbles(const uint8_t* group) {
+  constexpr uint32_t kSpillBits = 0x88888888u;  // bit 3 of every nibble
+  uint32_t w[3];
+  std::memcpy(w, group, sizeof w);
+  const uint64_t sum = uint64_t(w[0] & kSpillBits) + (uint64_t(w[1] & kSpillBits) << 1) +
+                       (uint64_t(w[2] & kSpillBits) << 2);
+  return uint32_t(sum >> 3);
 }
 
 struct Tq3Lanes {
   static constexpr KvFormat kFormat = KvFormat::kTq3;
   static constexpr int kStepCoords = 32;
   static constexpr int kChunks = 2;
-  static int Coordinate(int c) { return c; }
+  // Chunk h, lane j holds coordinate 16 h + 8 (j % 2) + j / 2 of the group: lanes alternate between the two
+  // source words of the chunk (W0, W1 for h = 0; W2 and the spill word for h = 1), nibble j / 2 of each.
+  static int Coordinate(int c) {
+    const int j = c % 16;
+    return c / 16 * 16 + 8 * (j % 2) + j / 2;
+  }
   struct State {
-    __m512 magnitude[4];
-    __m512i sign_bit;
+    __m512 centroids;     // entry i = Tq3Centroid(i % 8): VPERMPS reads index bits 0-3, bit 3 is a spill bit
+    __m512i nibble_shift;  // lane j: 4 * (j / 2) bits
   };
   MINIMAKV_AVX512_TARGET static State MakeState() {
+    alignas(64) float centroids[kLanes];
+    alignas(64) int32_t shifts[kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      centroids[j] = Tq3Centroid(j % 8);
+      shifts[j] = 4 * (j / 2);
+    }
     State s;
-    for (int m = 0; m < 4; ++m) s.magnitude[m] = _mm512_set1_ps(Tq3Magnitude(m));
-    s.sign_bit = _mm512_set1_epi32(int(0x80000000u));
+    s.centroids = _mm512_load_ps(centroids);
+    s.nibble_shift = _mm512_load_si512(shifts);
     return s;
   }
+  // Per 32 coordinates: two broadcasts (W0:W1 from memory, a load; the spill word merged into the odd lanes of
+  // a broadcast of W2), two VPSRLVD and two VPERMPS, plus the scalar spill nibbles.
   MINIMAKV_AVX512_TARGET static void Unpack(const State& s, const uint8_t* codes, int step, __m512 (&out)[kChunks]) {
-    // Group `step` is three little-endian uint32 bit planes (tq3_codec.h); each 16-bit half is a lane mask.
     const uint8_t* group = codes + 12 * step;
-    for (int half = 0; half < 2; ++half) {
-      const __mmask16 bit0 = LoadMask16(group + 2 * half);
-      const __mmask16 bit1 = LoadMask16(group + 4 + 2 * half);
-      const __mmask16 sign = LoadMask16(group + 8 + 2 * half);
-      const __m512 low = _mm512_mask_blend_ps(bit0, s.magnitude[0], s.magnitude[1]);
-      const __m512 high = _mm512_mask_blend_ps(bit0, s.magnitude[2], s.magnitude[3]);
-      const __m512 magnitude = _mm512_mask_blend_ps(bit1, low, high);
-      out[half] = _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(magnitude), sign,
-                                                            _mm512_castps_si512(magnitude), s.sign_bit));
-    }
+    constexpr __mmask16 kOddLanes = 0xAAAA;
+    const __m512i w01 = _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
+    const __m512i w2 = _mm512_broadcastd_epi32(_mm_loadu_si32(group + 8));
+    const __m512i w2_spill = _mm512_mask_set1_epi32(w2, kOddLanes, int(Tq3SpillNibbles(group)));
+    out[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(w01, s.nibble_shift), s.centroids);
+    out[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(w2_spill, s.nibble_shift), s.centroids);
   }
 };
 
@@ -418,7 +431,7 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
     const float inv_sum = 1.0f / ws.running_sum[r];
     float* out = task.out_rows[r];
     if constexpr (Codec::kFormat == KvFormat::kTq3) {
-      for (int c = 0; c < d; ++c) rotated[c] = ws.acc[r][c] * inv_sum;
+      for (int c = 0; c < d; ++c) rotated[Codec::Coordinate(c)] = ws.acc[r][c] * inv_sum;
       task.rotation->Inverse(rotated, out);
     } else {
       for (int c = 0; c < d; ++c) out[Codec::Coordinate(c)] = ws.acc[r][c] * inv_sum;
