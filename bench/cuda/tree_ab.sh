@@ -14,7 +14,7 @@ names=(); dirs=()
 for spec in "$@"; do names+=("${spec%%:*}"); dirs+=("$(cd "${spec#*:}" && pwd)"); done
 echo "== build ${names[*]} ($(date -u +%H:%M:%S))"
 for i in "${!names[@]}"; do
-  ( d=${dirs[$i]}; b=$d/build/ab-${names[$i]}
+  ( d=${dirs[$i]}; b=$d/build/ab-${names[$i]}; mkdir -p "$d/build"
     cmake -S "$d" -B "$b" -DMINIMAKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMINIMAKV_BUILD_TESTS=ON \
       -DMINIMAKV_BUILD_BENCH=OFF -DMINIMAKV_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=Release > "$b.cmake.log" 2>&1 &&
     cmake --build "$b" --target minimakv_cuda_tests minimakv_cuda_bench -j "$JOBS" > "$b.build.log" 2>&1 \
