@@ -161,11 +161,21 @@ struct Fp8Lanes {
 // ones the vector unpack and FMAs leave idle.
 inline uint32_t Tq3SpillNibbles(const uint8_t* group) {
   constexpr uint32_t kSpillBits = 0x88888888u;  // bit 3 of every nibble
-  uint32_t w[3];
-  std::memcpy(w, group, sizeof w);
-  const uint64_t sum = uint64_t(w[0] & kSpillBits) + (uint64_t(w[1] & kSpillBits) << 1) +
-                       (uint64_t(w[2] & kSpillBits) << 2);
+  const auto spill = [group](int i) {  // word i, masked: one load each
+    uint32_t word;
+    std::memcpy(&word, group + 4 * i, sizeof word);
+    return uint64_t(word & kSpillBits);
+  };
+  const uint64_t sum = spill(0) + (spill(1) << 1) + (spill(2) << 2);
   return uint32_t(sum >> 3);
+}
+
+// A dword broadcast straight from memory (a load-port uop). With the intrinsic, GCC reuses the general-register
+// copy that Tq3SpillNibbles loads and broadcasts from it, a shuffle-port uop (in-process A/B: 0.98x the TQ3 time).
+MINIMAKV_AVX512_TARGET inline __m512i BroadcastDwordFromMemory(const uint8_t* p) {
+  __m512i x;
+  asm("vpbroadcastd %1, %0" : "=v"(x) : "m"(*reinterpret_cast<const uint32_t*>(p)));
+  return x;
 }
 
 struct Tq3Lanes {
@@ -194,13 +204,16 @@ struct Tq3Lanes {
     s.nibble_shift = _mm512_load_si512(shifts);
     return s;
   }
-  // Per 32 coordinates: two broadcasts (W0:W1 from memory, a load; the spill word merged into the odd lanes of
-  // a broadcast of W2), two VPSRLVD and two VPERMPS, plus the scalar spill nibbles.
+  // Per 32 coordinates: 5 vector ops (two VPSRLVD, two VPERMPS, one VPBROADCASTD from a general register that
+  // merges the spill word into the odd lanes of W2's broadcast), two broadcast loads, and the scalar spill
+  // nibbles (3 loads, 6 ALU ops). Measured against the spill indices by VPERMB + GF2P8AFFINEQB (as in the AMX
+  // expansion; 6 vector ops, no scalar work): that one took 1.02-1.11x this one's time (in-process A/B, one
+  // thread, TQ3 rows 1, 4 and 6), since here the FMAs compete for the vector ports.
   MINIMAKV_AVX512_TARGET static void Unpack(const State& s, const uint8_t* codes, int step, __m512 (&out)[kChunks]) {
     const uint8_t* group = codes + 12 * step;
     constexpr __mmask16 kOddLanes = 0xAAAA;
     const __m512i w01 = _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
-    const __m512i w2 = _mm512_broadcastd_epi32(_mm_loadu_si32(group + 8));
+    const __m512i w2 = BroadcastDwordFromMemory(group + 8);
     const __m512i w2_spill = _mm512_mask_set1_epi32(w2, kOddLanes, int(Tq3SpillNibbles(group)));
     out[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(w01, s.nibble_shift), s.centroids);
     out[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(w2_spill, s.nibble_shift), s.centroids);
