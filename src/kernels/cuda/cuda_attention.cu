@@ -75,17 +75,18 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
-// - MINIMAKV_TQ3_FUSED_ROTATION_D256 / _D128: per head dim, both settings are a measured best (v12, three same-run
-//   rounds: d = 256 mix at 64K b8 -1.6% fused, d = 128 +0.7% fused, so off there). Fused, the TQ3 partial kernel
-//   rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly, 1 / sqrt(d), the same
-//   operations in the same order as RotateQueryKernel, so the rotated values are bit-identical) into shared memory
-//   and builds the digit fragments from there: the step loses the rotation kernel and the kernel's wait for it.
+// - MINIMAKV_TQ3_FUSED_ROTATION_D256 / _D128: v12 (three same-run rounds): d = 256 mix at 64K b8 -1.6% fused, d = 128
+//   +0.7% fused, so off there; v14 (nibble layout, four rounds): d = 128 fused -1.0% (Llama mix 64K b8 203.0 ->
+//   200.9 us) to -1.7% (32K b8), so on at both now (0 stays the lever for the separate kernel). Fused, the TQ3
+//   partial kernel rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly, 1 / sqrt(d),
+//   the same operations in the same order as RotateQueryKernel, so the rotated values are bit-identical) into shared
+//   memory and builds the digit fragments from there: the step loses the rotation kernel and the kernel's wait for it.
 //   0: RotateQueryKernel first, the TQ3 kernel waits for it and reads the rotated rows from the workspace.
 #ifndef MINIMAKV_TQ3_FUSED_ROTATION_D256
 #define MINIMAKV_TQ3_FUSED_ROTATION_D256 1
 #endif
 #ifndef MINIMAKV_TQ3_FUSED_ROTATION_D128
-#define MINIMAKV_TQ3_FUSED_ROTATION_D128 0
+#define MINIMAKV_TQ3_FUSED_ROTATION_D128 1
 #endif
 // - MINIMAKV_MERGE_ROW_WARPS_FEW / _MANY: warps per row of MergeRowKernel, 8 when there are few rows (batch 1: ~100
 //   items per row, two rounds of loads per warp), else 4 (v10: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1,
