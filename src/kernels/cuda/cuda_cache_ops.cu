@@ -216,23 +216,27 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ConvertKernel(ConvertParams 
     return;
   }
   // Group k = coordinates 32 k + lane, packed as tq3_codec.h lays it out: lane c < 24 puts its index into nibble
-  // c % 8 of word c / 8, lane c >= 24 bit i of its index into bit 3 of nibble c - 24 of word i. The bits of different
-  // lanes are disjoint, so each word is the OR over the warp of the lanes' parts (one warp reduction per word).
-  const int spill_nibble = lane - 24;  // >= 0 for the spill coordinates 24 .. 31
+  // c % 8 of word c / 8, lane c >= 24 bit w of its index into bit 3 of nibble c - 24 of word w. The bits of different
+  // lanes are disjoint, so word w is the OR over the warp of the lanes' parts (index & mask[w]) << shift[w] (one warp
+  // reduction per word); lane 3 k + w keeps word w of group k and the warp stores the vector's words at once.
+  uint32_t part_mask[3];
+  int part_shift[3];
+#pragma unroll
+  for (int w = 0; w < 3; ++w) {
+    const bool spill = lane >= 24;
+    part_mask[w] = spill ? 1u << w : (lane / 8 == w ? 7u : 0u);
+    part_shift[w] = spill ? 4 * (lane - 24) + 3 - w : 4 * (lane % 8);
+  }
+  uint32_t my_word = 0u;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
 #pragma unroll
-    for (int word = 0; word < 3; ++word) {
-      uint32_t part = 0u;
-      if (spill_nibble < 0) {
-        part = lane / 8 == word ? uint32_t(index[k]) << (4 * (lane % 8)) : 0u;
-      } else {
-        part = uint32_t((index[k] >> word) & 1) << (4 * spill_nibble + 3);
-      }
-      const uint32_t packed = __reduce_or_sync(kFullWarpMask, part);
-      if (lane == 3 * k + word) dst_words[3 * k + word] = packed;
+    for (int w = 0; w < 3; ++w) {
+      const uint32_t word = __reduce_or_sync(kFullWarpMask, (uint32_t(index[k]) & part_mask[w]) << part_shift[w]);
+      if (lane == 3 * k + w) my_word = word;
     }
   }
+  if (lane < kWords) dst_words[lane] = my_word;
   if (lane == 0) *dst_scale = FloatToFp16(scale);
 }
 
