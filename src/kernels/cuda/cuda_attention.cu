@@ -1034,9 +1034,9 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
   }
   if constexpr (kHeadDim == 128) {
     // The half-words of keys 2t and 8 + 2t share one 32-bit word (low / high half), those of 2t + 1 and 9 + 2t
-    // another (one integer multiply-add each, off the ALU pipe), so one pair-selector word
-    // serves both key pairs: bytes 0-1 give pair (2t, 2t + 1), bytes 2-3 pair (8 + 2t, 9 + 2t) of the same two
-    // coordinates (v8: ~25 fewer integer ALU ops per tile than selectors per key pair).
+    // another (one integer multiply-add each, off the ALU pipe), so one pair-selector word serves both key pairs:
+    // bytes 0-1 give pair (2t, 2t + 1), bytes 2-3 pair (8 + 2t, 9 + 2t) of the same two coordinates (v8: ~25
+    // fewer integer ALU ops per tile than selectors per key pair).
     uint32_t w02[3];
     uint32_t w13[3];
 #pragma unroll

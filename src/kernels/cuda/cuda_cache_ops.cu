@@ -148,7 +148,7 @@ struct ConvertParams {
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreadsPerBlock) ConvertKernel(ConvertParams p) {
   constexpr int kPerLane = kHeadDim / kWarpSize;  // also the number of 32-coordinate groups
-  constexpr int kWords = 3 * kPerLane;            // code words of one vector (3 per group)
+  constexpr int kWords = 3 * kPerLane;            // code words of one vector (3 per group, tq3_codec.h)
   const int lane = threadIdx.x % kWarpSize;
   const int page_tokens = p.fp8_layout.page_tokens;
   const int kv_heads = p.fp8_layout.kv_heads;
@@ -219,21 +219,27 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ConvertKernel(ConvertParams 
   // c % 8 of word c / 8, lane c >= 24 bit w of its index into bit 3 of nibble c - 24 of word w. The bits of different
   // lanes are disjoint, so word w is the OR over the warp of the lanes' parts (index & mask[w]) << shift[w] (one warp
   // reduction per word); lane 3 k + w keeps word w of group k and the warp stores the vector's words at once.
-  uint32_t part_mask[3];
-  int part_shift[3];
+  constexpr int kWordsPerGroup = 3;
+  constexpr int kNibblesPerWord = 8;
+  constexpr int kFirstSpill = kWordsPerGroup * kNibblesPerWord;  // coordinates 24 .. 31 of a group
+  constexpr int kNibbleBits = 4;
+  constexpr int kSpillBit = 3;         // bit of a nibble that carries a spill coordinate's bit
+  constexpr uint32_t kIndexMask = 7u;  // 3-bit index
+  uint32_t part_mask[kWordsPerGroup];
+  int part_shift[kWordsPerGroup];
 #pragma unroll
-  for (int w = 0; w < 3; ++w) {
-    const bool spill = lane >= 24;
-    part_mask[w] = spill ? 1u << w : (lane / 8 == w ? 7u : 0u);
-    part_shift[w] = spill ? 4 * (lane - 24) + 3 - w : 4 * (lane % 8);
+  for (int w = 0; w < kWordsPerGroup; ++w) {
+    const bool spill = lane >= kFirstSpill;
+    part_mask[w] = spill ? 1u << w : (lane / kNibblesPerWord == w ? kIndexMask : 0u);
+    part_shift[w] = spill ? kNibbleBits * (lane - kFirstSpill) + kSpillBit - w : kNibbleBits * (lane % kNibblesPerWord);
   }
   uint32_t my_word = 0u;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
 #pragma unroll
-    for (int w = 0; w < 3; ++w) {
+    for (int w = 0; w < kWordsPerGroup; ++w) {
       const uint32_t word = __reduce_or_sync(kFullWarpMask, (uint32_t(index[k]) & part_mask[w]) << part_shift[w]);
-      if (lane == 3 * k + w) my_word = word;
+      if (lane == kWordsPerGroup * k + w) my_word = word;
     }
   }
   if (lane < kWords) dst_words[lane] = my_word;
