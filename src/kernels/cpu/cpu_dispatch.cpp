@@ -58,6 +58,11 @@ CpuKernelFamily EnvironmentFamily() {
 //   tq3  d64   0.88 0.84 | 0.80 | 0.76 | 0.61 | 0.74 | 0.97 0.93 | 0.92 | 0.86
 //   tq3  d128  0.79 0.79 | 0.73 | 0.62 | 0.59 | 0.72 | 0.69 0.97 0.67 | 0.98 0.70 | 0.89 0.84
 //   tq3  d256  0.66 0.66 | 0.66 | 0.57 | 0.75 | 0.71 | 0.65 0.65 | 0.90 | 0.57
+// TQ3 again after the nibble layout (session 6, 00:37-00:41 UTC, commit c5b0f91 kernels; its AVX-512 unpack lost
+// 3 vector ops per 32 coordinates, the AMX expansion gained one per 64; 12-30 rounds per run):
+//   tq3  d64   1.04 1.13 | 0.99 | - | - | - | - | - | -
+//   tq3  d128  1.07 1.08 | 1.01 | - | 0.79 | - | - | - | 0.71
+//   tq3  d256  1.06 1.05 | 0.99 | - | - | - | - | - | -
 // Rule: a cell leaves the family auto ran before (AVX-512 for BF16, AMX for FP8 and TQ3) only when the median
 // of its runs (of two: the mean) is at least 3% (the A/B noise) in favour of the other; an unmeasured row
 // (BF16 3, 5, 7) takes the neighbour that keeps the previous family. One override: FP8 at the Qwen3.6-27B shape
@@ -70,12 +75,13 @@ CpuKernelFamily EnvironmentFamily() {
 // (docs/BENCHMARKS.md section 3). Decode rows
 // = the GQA group: Llama-3-8B (group 4, d 128) runs AVX-512 BF16 and AMX FP8 / TQ3 as before, Qwen3.6-27B
 // AVX-512 BF16 and FP8, AMX TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
-// AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX.
+// AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX; since session 6 TQ3 row 1 (every head_dim) to
+// AVX-512.
 constexpr char kAutoTable[3][3][kMaxTaskRows + 1] = {
     // rows 1..8, per head_dim 64 / 128 / 256
     {"VVVVVVVA", "VVVVVVVV", "AAAAVVVV"},  // bf16
     {"VVVAAAAA", "VAAAAAAA", "VVAAAVAA"},  // fp8 (d 256 row 6: the bench-level override below)
-    {"AAAAAAAA", "AAAAAAAA", "AAAAAAAA"},  // tq3
+    {"VAAAAAAA", "VAAAAAAA", "VAAAAAAA"},  // tq3
 };
 // (format, head_dim, rows) -> the family kAutoTable names; head_dim outside 64/128/256 or rows outside
 // 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, kMaxTaskRows).

@@ -29,9 +29,9 @@
 // Measured in `minimakv bench --isa amx,avx512` (Llama shape, 32K tokens, batch 1, 2 threads, AMX time over
 // AVX-512 time): FP8 0.89x, TQ3 0.71x with the one-part units (0.8-1.25x with the former two-part centroids),
 // BF16 1.08x. Which family runs for each (format, task rows, head_dim) is decided in cpu_dispatch.cpp.
-// TQ3 codes expand through a GF2P8AFFINEQB bit transpose (Tq3Amx::Expand): 5 vector operations per 64
-// coordinates instead of 8 with mask registers; single-head A/B test (one thread, 8 KV heads of 32K tokens,
-// caches flushed, interleaved rounds): 0.83x the time at GQA 4, 0.94x at GQA 8.
+// TQ3 codes (nibble layout of tq3_codec.h) expand by VPSRLVW + VPERMW lookups of a 4x repeated unit table, the
+// spill coordinates through a GF2P8AFFINEQB bit transpose (Tq3Amx::Expand: 6 vector operations per 64
+// coordinates; sessions 3-5's bit-plane layout took 5, a transpose for all 64).
 // The softmax's first pass (key scales, block maximum) runs in ScoreBlock while the scores are in registers,
 // and the rows' rescale factors come from one vector Exp2: 0.89-0.96x the TQ3 time at GQA 4 in the same test.
 // Tried and measured slower here: expanding a whole 64-key block before its tile products, and double-

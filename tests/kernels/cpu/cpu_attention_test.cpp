@@ -350,7 +350,9 @@ TEST(CpuDispatch, AutoChoosesPerShapeAsMeasured) {
     {KvFormat::kFp8, 5, 256, "amx"},     {KvFormat::kFp8, 7, 256, "amx"},
     {KvFormat::kBf16, 1, 256, "amx"},    {KvFormat::kBf16, 4, 256, "amx"}, {KvFormat::kBf16, 5, 256, "avx512"},
     {KvFormat::kBf16, 8, 256, "avx512"}, {KvFormat::kBf16, 8, 64, "amx"},  {KvFormat::kBf16, 8, 128, "avx512"},
-    {KvFormat::kTq3, 1, 64, "amx"},      {KvFormat::kTq3, 8, 128, "amx"},  {KvFormat::kTq3, 7, 256, "amx"},
+    {KvFormat::kTq3, 8, 128, "amx"},     {KvFormat::kTq3, 7, 256, "amx"},
+    {KvFormat::kTq3, 1, 64, "avx512"},   {KvFormat::kTq3, 1, 128, "avx512"}, {KvFormat::kTq3, 1, 256, "avx512"},
+    {KvFormat::kTq3, 2, 64, "amx"},      {KvFormat::kTq3, 2, 256, "amx"},
   };
   const CpuAttentionOptions options;  // kAuto
   for (const Expected& e : expected) {
