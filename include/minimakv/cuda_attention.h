@@ -92,7 +92,6 @@ class CudaDecodePlan {
   int item_offset_[kCudaMaxViews] = {};       // first global partial-state index of each view
   size_t items_offset_bytes_[kCudaMaxViews] = {};   // CudaWorkItem[item_count] in the workspace
   size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
-  size_t q_rot_offset_bytes_ = 0;                   // float [num_seqs][num_q_heads][head_dim]
   size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
   size_t meta_bytes_ = 0;                           // the uploaded prefix

@@ -75,19 +75,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_PDL
 #define MINIMAKV_CUDA_PDL 1
 #endif
-// - MINIMAKV_TQ3_FUSED_ROTATION_D256 / _D128: v12 (three same-run rounds): d = 256 mix at 64K b8 -1.6% fused, d = 128
-//   +0.7% fused, so off there; v14 (nibble layout, four rounds): d = 128 fused -1.0% (Llama mix 64K b8 203.0 ->
-//   200.9 us) to -1.7% (32K b8), so on at both now (0 stays the lever for the separate kernel). Fused, the TQ3
-//   partial kernel rotates its group's query rows itself (one warp per row: signs, Hadamard butterfly, 1 / sqrt(d),
-//   the same operations in the same order as RotateQueryKernel, so the rotated values are bit-identical) into shared
-//   memory and builds the digit fragments from there: the step loses the rotation kernel and the kernel's wait for it.
-//   0: RotateQueryKernel first, the TQ3 kernel waits for it and reads the rotated rows from the workspace.
-#ifndef MINIMAKV_TQ3_FUSED_ROTATION_D256
-#define MINIMAKV_TQ3_FUSED_ROTATION_D256 1
-#endif
-#ifndef MINIMAKV_TQ3_FUSED_ROTATION_D128
-#define MINIMAKV_TQ3_FUSED_ROTATION_D128 1
-#endif
 // - MINIMAKV_MERGE_ROW_WARPS_FEW / _MANY: warps per row of MergeRowKernel, 8 when there are few rows (batch 1: ~100
 //   items per row, two rounds of loads per warp), else 4 (v10: at Qwen 64K the merge alone 9.6 / 12.3 us at batch 1,
 //   8.5 / 7.9 us at batch 8). Test lever: a build with 1 / 1 runs the multi-round path on the GPU tests' sequences.
@@ -102,8 +89,6 @@ constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
-constexpr bool kTq3FusedRotationD256 = MINIMAKV_TQ3_FUSED_ROTATION_D256 != 0;
-constexpr bool kTq3FusedRotationD128 = MINIMAKV_TQ3_FUSED_ROTATION_D128 != 0;
 constexpr int kMergeRowWarpsFewRows = MINIMAKV_MERGE_ROW_WARPS_FEW;
 constexpr int kMergeRowWarpsManyRows = MINIMAKV_MERGE_ROW_WARPS_MANY;
 constexpr int kMergeFewRows = 128;
@@ -113,9 +98,6 @@ constexpr int kMergeOneWarpItems = 8;  // up to this many items per sequence (al
 // need ~210 registers and 75 KB of stages per CTA: 2 CTAs per SM (v10: 3). The transposed kernel's combine area has
 // padded rows (v12: one word per 32 dims, row stride = kHeadDim / 64 mod 16 words, so the 32 lanes' output stores of
 // one m-tile fall in 32 banks; v11 had 32-way conflicts, ~3% of the stall samples at Qwen 64K b8).
-__host__ __device__ constexpr bool Tq3FusedRotation(int head_dim) {
-  return head_dim == 256 ? kTq3FusedRotationD256 : kTq3FusedRotationD128;
-}
 // Combine area of the transposed kernel: [warp][head] rows of kCombineRow words, dim d at d + d / 32 (padded).
 template <int kHeadDim>
 __host__ __device__ constexpr int CombineRowWords() {
@@ -301,7 +283,7 @@ struct DecodeParams {
   const uint8_t* pages;
   const int32_t* page_ids;
   const CudaWorkItem* items;
-  const float* q;          // [num_seqs][num_q_heads][head_dim], rotated for TQ3
+  const float* q;          // [num_seqs][num_q_heads][head_dim], unrotated (TQ3 rotates its rows in the kernel)
   float* part_out;         // [total_items][num_q_heads][head_dim]
   float* part_lse;         // [total_items][num_q_heads]
   PageLayout layout;
@@ -309,7 +291,7 @@ struct DecodeParams {
   int num_q_heads;
   int group;               // query heads per KV head (<= 8)
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
-  CudaSignBits signs;      // TQ3 with Tq3FusedRotation(head_dim): q holds unrotated rows, rotated in the kernel
+  CudaSignBits signs;      // TQ3: the rotation's signs (q' = H D q / sqrt(d))
   float inv_sqrt_dim;
 };
 
@@ -880,31 +862,28 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   auto query_row = [&](int row) {
     return p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim;
   };
-  // Row r of the group (rotated) at q_rows + r kHeadDim (Tq3FusedRotation), else in global memory.
-  auto rotated_row = [&](int row) -> const float* {
-    return Tq3FusedRotation(kHeadDim) ? q_rows + row * kHeadDim : query_row(row);
-  };
+  // Row r of the group, rotated, at q_rows + r kHeadDim.
+  auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
   for (int row = warp; row < kMaxGroup; row += kDecodeWarps) {
     float amax = 0.0f;
     if (row < p.group) {
+      // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
+      // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
+      // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576).
       const float* q_row = query_row(row);
-      if constexpr (Tq3FusedRotation(kHeadDim)) {  // q' = H D q / sqrt(d) as RotateQueryKernel (bit-identical)
-        constexpr int kPerLane = kHeadDim / kWarpSize;
-        float v[kPerLane];
+      constexpr int kPerLane = kHeadDim / kWarpSize;
+      float v[kPerLane];
 #pragma unroll
-        for (int k = 0; k < kPerLane; ++k) {
-          const int i = lane + kWarpSize * k;
-          v[k] = q_row[i] * cuda_detail::SignOf(p.signs, i);
-        }
-        cuda_detail::WarpFwht<kHeadDim>(v, lane);
+      for (int k = 0; k < kPerLane; ++k) {
+        const int i = lane + kWarpSize * k;
+        v[k] = q_row[i] * cuda_detail::SignOf(p.signs, i);
+      }
+      cuda_detail::WarpFwht<kHeadDim>(v, lane);
 #pragma unroll
-        for (int k = 0; k < kPerLane; ++k) {
-          v[k] = v[k] * p.inv_sqrt_dim;
-          q_rows[row * kHeadDim + lane + kWarpSize * k] = v[k];
-          amax = fmaxf(amax, fabsf(v[k] * p.q_scale));
-        }
-      } else {
-        for (int i = lane; i < kHeadDim; i += kWarpSize) amax = fmaxf(amax, fabsf(q_row[i] * p.q_scale));
+      for (int k = 0; k < kPerLane; ++k) {
+        v[k] = v[k] * p.inv_sqrt_dim;
+        q_rows[row * kHeadDim + lane + kWarpSize * k] = v[k];
+        amax = fmaxf(amax, fabsf(v[k] * p.q_scale));
       }
     }
 #pragma unroll
@@ -1114,7 +1093,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr bool kLazyMax = kFormat == KvFormat::kTq3;  // v9: softmax without reductions while scores stay near the max
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kMaxGroup];
-  __shared__ float q_rows[kImma && Tq3FusedRotation(kHeadDim) ? kMaxGroup * kHeadDim : 1];  // the group's rotated query
+  __shared__ float q_rows[kImma ? kMaxGroup * kHeadDim : 1];  // the group's rotated query rows
   if (kImma && threadIdx.x < kWarpSize) shared_digits[threadIdx.x] = MakeTq3DigitTables();
 
   const int page_tokens = p.layout.page_tokens;
@@ -1235,7 +1214,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
     issue_tile += kDecodeWarps;
   }
-  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();  // v11: the rotated query (fused: a no-op)
+  // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
+  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
     BuildTq3DigitFragments<kHeadDim>(p, item, kv_head, q_frag, q_frag0, q_amax, q_rows);
   } else {
@@ -1588,27 +1568,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim, kRowWords, true>(p, kv_head, warp_out, warp_max, warp_sum);
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Query rotation (TQ3): q' = H D q / sqrt(d), one warp per (sequence, query head).
-template <int kHeadDim>
-__global__ void __launch_bounds__(kMergeWarps * kWarpSize)
-    RotateQueryKernel(const float* q, float* q_rot, int rows, CudaSignBits signs, float inv_sqrt_dim) {
-  constexpr int kPerLane = kHeadDim / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  AllowDependentLaunch();
-  const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
-  if (row >= rows) return;
-  float v[kPerLane];
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int i = lane + kWarpSize * k;
-    v[k] = q[size_t(row) * kHeadDim + i] * cuda_detail::SignOf(signs, i);
-  }
-  cuda_detail::WarpFwht<kHeadDim>(v, lane);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) q_rot[size_t(row) * kHeadDim + lane + kWarpSize * k] = v[k] * inv_sqrt_dim;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2141,7 +2100,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     plan.item_offset_[v] = plan.total_items_;
     plan.total_items_ += plan.item_count_[v];
   }
-  // Workspace: [meta: items, indptrs][rotated q][partial outs][partial lse].
+  // Workspace: [meta: items, indptrs][partial outs][partial lse].
   size_t offset = 0;
   for (int v = 0; v < num_views; ++v) {
     plan.items_offset_bytes_[v] = offset;
@@ -2159,9 +2118,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     std::memcpy(plan.host_meta_.data() + plan.indptr_offset_bytes_[v], indptr[v].data(),
                 indptr[v].size() * sizeof(int32_t));
   }
-  const size_t q_floats = size_t(shape.num_seqs) * shape.num_q_heads * shape.head_dim;
-  plan.q_rot_offset_bytes_ = offset;
-  offset = AlignUp(offset + (seen[int(KvFormat::kTq3)] ? q_floats * sizeof(float) : 0));
   plan.part_out_offset_bytes_ = offset;
   offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * shape.head_dim * sizeof(float));
   plan.part_lse_offset_bytes_ = offset;
@@ -2199,16 +2155,12 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
   uint8_t* ws = static_cast<uint8_t*>(d_workspace);
   float* part_out = reinterpret_cast<float*>(ws + plan.part_out_offset_bytes_);
   float* part_lse = reinterpret_cast<float*>(ws + plan.part_lse_offset_bytes_);
-  float* q_rot = reinterpret_cast<float*>(ws + plan.q_rot_offset_bytes_);
   const CudaSignBits signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
   const float inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
-  const int rows = shape.num_seqs * shape.num_q_heads;
-  const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
 
-
-  // Launch order: query rotation (if a view is TQ3), the TQ3 partial kernel (it waits for the rotation), the
-  // other partial kernels (they overlap the TQ3 kernel's last wave), the merge. Every kernel after the first is a
-  // programmatic dependent launch (AllowDependentLaunch); the first one is ordered after all earlier stream work.
+  // Launch order: the TQ3 partial kernel (it rotates its query rows itself), the other partial kernels (they
+  // overlap the TQ3 kernel's last wave), the merge. Every kernel after the first is a programmatic dependent launch
+  // (AllowDependentLaunch); the first one is ordered after all earlier stream work.
   for (int v = 0; v < num_views; ++v) {
     const PagedKvView& view = views[v];
     const PageLayout& layout = view.layout;
@@ -2233,26 +2185,12 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     const int v = order[k];
     const PagedKvView& view = views[v];
     const PageLayout& layout = view.layout;
-    const bool is_tq3 = layout.format == KvFormat::kTq3;
-    const bool fused_rotation = Tq3FusedRotation(shape.head_dim);
-    if (is_tq3 && !fused_rotation) {
-      const dim3 grid(row_blocks);
-      const dim3 block(kMergeWarps * kWarpSize);
-      const cudaError_t error =
-          shape.head_dim == 256
-              ? LaunchKernel(RotateQueryKernel<256>, grid, block, 0, stream, programmatic, d_q, q_rot, rows, signs,
-                             inv_sqrt_dim)
-              : LaunchKernel(RotateQueryKernel<128>, grid, block, 0, stream, programmatic, d_q, q_rot, rows, signs,
-                             inv_sqrt_dim);
-      MINIMAKV_RETURN_IF_ERROR(CudaError(error, "query rotation launch"));
-      programmatic = true;
-    }
     if (plan.item_count_[v] == 0) continue;
     DecodeParams params{};
     params.pages = view.pages;
     params.page_ids = view.page_ids;
     params.items = reinterpret_cast<const CudaWorkItem*>(ws + plan.items_offset_bytes_[v]);
-    params.q = is_tq3 && !fused_rotation ? q_rot : d_q;
+    params.q = d_q;
     params.signs = signs;
     params.inv_sqrt_dim = inv_sqrt_dim;
     params.part_out = part_out;
