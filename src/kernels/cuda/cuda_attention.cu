@@ -495,9 +495,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int kv_head = blockIdx.y;
   const CudaWorkItem item = p.items[blockIdx.x];
   AllowDependentLaunch();
-  // Unused since the FP8 / TQ3 paths left this kernel, but kept: without it ptxas schedules the kernel's prologue
-  // differently (session 5 cleanup keeps the default build's code identical to d36dc96).
-  [[maybe_unused]] const Tq3Tables tab = MakeTq3Tables();
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
