@@ -1,5 +1,5 @@
 // Decode-step benchmark of the CUDA kernels (plain executable, CUDA events). For each shape, context, batch and
-// format: median time of one decode step (CudaDecodeRun: query rotation, partial kernels, merge) over many runs,
+// format: median time of one decode step (CudaDecodeRun: partial kernels, merge) over many runs,
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
