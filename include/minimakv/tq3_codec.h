@@ -38,18 +38,19 @@ namespace minimakv {
 
 // Lloyd-Max centroids of N(0,1) for 8 levels (magnitudes; each is used with both signs).
 // ref: Max, "Quantizing for minimum distortion", IRE Trans. IT-6, 1960, table for N=8: 0.2451, 0.7560, 1.3440,
-// 2.1520. We store each magnitude as B_m / alpha, where the "units" B_m = 175/512, 135/128, 15/8, 3 have at most
-// 8 significant bits (exact in bf16, fp16 and fp32) and alpha = 1.394655 (found by a search over [1, 2) for the
-// smallest worst relative gap: 4.4e-4 to Max's table). Why: a tensor-core or AMX kernel can then use the units
-// as exact 16-bit operands and fold 1/alpha into the per-vector scale, with one operand part instead of a hi + lo
-// split. Cost: the quantizer's MSE on N(0,1) is 0.0345481 against 0.0345480 for Max's table (numerical
-// integration), i.e. unchanged. Tq3Magnitude(m) is the fp32 quotient float(B_m / alpha), written out so host and
-// device use the same bits; a codec test checks both facts.
-inline constexpr float kTq3MagnitudeUnits[4] = {0.341796875f, 1.0546875f, 1.875f, 3.0f};
-inline constexpr float kTq3UnitsPerMagnitude = 1.394655f;  // alpha: units = alpha * magnitude
+// 2.1520. We store each magnitude as B_m / alpha, where the "units" B_m = 13, 40, 71, 114 are small integers
+// (exact in int8, bf16, fp16 and fp32) and alpha = 52.94 minimizes the quantizer's MSE on N(0,1) for these
+// integers (worst relative gap to Max's table 2.1e-3; the integers were chosen as the best fit with B_3 <= 127).
+// Why: a tensor-core or AMX kernel uses the units as exact operands and folds 1/alpha into the per-vector scale;
+// as int8 a unit is one digit, so the GPU scores keys with one int8 MMA operand per query digit (sessions 1-5
+// used 175/512, 135/128, 15/8, 3: exact in 16 bits but two int8 digits). Cost: the MSE on N(0,1) is 0.0345490
+// against 0.0345478 for Max's table (exact integration over the Gaussian), +0.004%. Tq3Magnitude(m) is the fp32
+// quotient float(B_m) / float(alpha), written out so host and device use the same bits; a codec test checks both.
+inline constexpr float kTq3MagnitudeUnits[4] = {13.0f, 40.0f, 71.0f, 114.0f};
+inline constexpr float kTq3UnitsPerMagnitude = 52.94f;  // alpha: units = alpha * magnitude
 MINIMAKV_HOST_DEVICE constexpr float Tq3Magnitude(int m) {
-  // 0x1.f5ea9p-3 = 0.2450763, 0x1.83314ap-1 = 0.7562354, 0x1.582bdp+0 = 1.3444185, 0x1.13564p+1 = 2.1510696.
-  return m == 0 ? 0x1.f5ea9p-3f : m == 1 ? 0x1.83314ap-1f : m == 2 ? 0x1.582bdp+0f : 0x1.13564p+1f;
+  // 0x1.f6e8b2p-3 = 0.2455610, 0x1.82da62p-1 = 0.7555724, 0x1.575504p+0 = 1.3411410, 0x1.13a2p+1 = 2.1533813.
+  return m == 0 ? 0x1.f6e8b2p-3f : m == 1 ? 0x1.82da62p-1f : m == 2 ? 0x1.575504p+0f : 0x1.13a2p+1f;
 }
 // Decision thresholds between neighbouring magnitudes: midpoints, the Lloyd-Max nearest-neighbour rule.
 MINIMAKV_HOST_DEVICE constexpr float Tq3Threshold(int m) { return (Tq3Magnitude(m) + Tq3Magnitude(m + 1)) * 0.5f; }
