@@ -782,56 +782,44 @@ __device__ inline void Tq3PairSelectors(const uint32_t (&wa)[3], const uint32_t 
   odd[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
 }
 
-// ---- v9: TQ3 scores on the integer tensor cores (kImma in the kernel; the v8 fp16 score path was dropped in v10).
-// The key units of tq3_codec.h times 512 are the integers 175, 540, 960, 1536; each is split exactly into two
-// int8 digits, units * 512 = 256 hi + lo (hi = 1, 2, 4, 6; lo = -81, 28, -64, 0), so one prmt of an 8-byte table
-// (byte index = sign << 2 | magnitude, the code itself) turns four 3-bit codes into four int8 digits, without
-// the fp16 low/high byte lookups and the interleave of the fp16 path (2 instead of 4 prmt per 4 coordinates).
-// The query (scaled into base 2) becomes a 24-bit fixed point per head, Q = round(q * kTq3QueryFixedMax / max |q|),
-// split into three int8 digits Q = 65536 q2 + 256 q1 + q0 (|q2| <= 127, q1, q0 in [-128, 127]). mma m16n8k32 s8
-// gives exact int32 sums per digit pair; five of the six pairs are summed: S2 = hi x q2 (weight 2^24), S1 = hi x q1
-// + lo x q2 (2^16), S0 = hi x q0 + lo x q1 (2^8), combined once per tile in fp32 as (2^24 S2 + 2^16 S1 + 2^8 S0) *
-// max |q| / (kTq3QueryFixedMax * 512) (|S2| <= 256 x 6 x 127 at d = 256: far from overflow). The dropped lo x q0
-// term is below max |q| 2^-16 |lo| per coordinate (|lo| <= 81 of units up to 1536). Measured (v9 run 1): a 16-bit
-// query (two digits, all four pairs) gave LSE errors up to 5.2e-4 relative in the GPU tests (bound 2e-4; the
-// test's random queries and keys are nearly orthogonal, so the LSE is small against |q| |k|).
-constexpr int kTq3UnitDenominator = 512;  // units * 512 are integers (tq3_codec.h: 175/512, 135/128, 15/8, 3)
+// ---- v9 / v15: TQ3 scores on the integer tensor cores (kImma in the kernel; the v8 fp16 score path went in v10).
+// v15: the key units of tq3_codec.h are the integers 13, 40, 71, 114 (kTq3MagnitudeUnits, magnitudes = units /
+// alpha), so a signed unit IS one int8 digit: one prmt of an 8-byte table (byte index = sign << 2 | magnitude, the
+// code itself; bytes 0-3 +unit, 4-7 -unit) turns four 3-bit codes into four int8 key operands. (v9-v14: the units
+// 175/512 .. 3 were split as units * 512 = 256 hi + lo into two digits: two prmt per 4 codes, 5 IMMA per k-step.)
+// The query (scaled into base 2) is a 24-bit fixed point per head, Q = round(q * kTq3QueryFixedMax / max |q|),
+// split into three int8 digits Q = 65536 q2 + 256 q1 + q0 (|q2| <= 127, q1, q0 in [-128, 127]); mma m16n8k32 s8
+// gives the exact int32 sums S_k = sum unit x q_k (3 IMMA per k-step), and unit . Q = 2^16 S2 + 2^8 S1 + S0 is
+// combined once per tile in fp32, times max |q| / (kTq3QueryFixedMax * alpha) (score_unit). |S_k| <= 114 x 128 x d
+// = 3.7e6 at d = 256, so 2^8 S1 + S0 (< 9.7e8) stays in int32. All digit products are kept: the score is exact up
+// to the query's fixed-point rounding and one fp32 rounding (v9-v14 dropped lo x q0). Measured (v9 run 1): a 16-bit
+// query (two digits) gave LSE errors up to 5.2e-4 relative in the GPU tests (bound 2e-4; the test's random queries
+// and keys are nearly orthogonal, so the LSE is small against |q| |k|), hence three digits.
 constexpr int kTq3DigitBits = 8;
-constexpr int kTq3DigitBase = 1 << kTq3DigitBits;  // weight of the high digit of keys and query
+constexpr int kTq3DigitBase = 1 << kTq3DigitBits;  // weight of a query digit over the next lower one
 constexpr int kTq3QueryFixedMax = (127 * kTq3DigitBase + 127) * kTq3DigitBase + 127;  // largest |Q|: digits fit int8
 __host__ __device__ constexpr float Tq3Unit(int m) {
   return m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3;
 }
-__host__ __device__ constexpr int Tq3UnitInteger(int m) { return int(Tq3Unit(m) * kTq3UnitDenominator); }
-__host__ __device__ constexpr int Tq3UnitHighDigit(int m) {
-  return (Tq3UnitInteger(m) + kTq3DigitBase / 2) / kTq3DigitBase;
-}
-__host__ __device__ constexpr int Tq3UnitLowDigit(int m) {
-  return Tq3UnitInteger(m) - kTq3DigitBase * Tq3UnitHighDigit(m);
-}
-constexpr bool Tq3DigitsExact() {
+constexpr bool Tq3UnitsAreInt8() {
   for (int m = 0; m < 4; ++m) {
-    if (float(Tq3UnitInteger(m)) != Tq3Unit(m) * kTq3UnitDenominator) return false;  // integer units
-    if (Tq3UnitHighDigit(m) > 127 || Tq3UnitLowDigit(m) < -127 || Tq3UnitLowDigit(m) > 127) return false;
+    if (Tq3Unit(m) != float(int(Tq3Unit(m))) || Tq3Unit(m) < 0.0f || Tq3Unit(m) > 127.0f) return false;
   }
   return true;
 }
-static_assert(Tq3DigitsExact(), "TQ3 units * 512 must be integers with two int8 digits (negated digits too)");
+static_assert(Tq3UnitsAreInt8(), "TQ3 units (tq3_codec.h) must be integers in [0, 127]: one int8 digit, negated too");
 
-// int8 digit tables for prmt: byte m of *_pos = digit of +unit m, of *_neg = digit of -unit m.
+// int8 key tables for prmt: byte m of pos = +unit m, of neg = -unit m (prmt's bytes 4-7: codes with the sign bit).
 struct Tq3DigitTables {
-  uint32_t hi_pos, hi_neg, lo_pos, lo_neg;
+  uint32_t pos, neg;
 };
 __device__ inline Tq3DigitTables MakeTq3DigitTables() {
-  Tq3DigitTables t{0, 0, 0, 0};
+  Tq3DigitTables t{0, 0};
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
-    const int hi = Tq3UnitHighDigit(m);
-    const int lo = Tq3UnitLowDigit(m);
-    t.hi_pos |= uint32_t(uint8_t(int8_t(hi))) << (8 * m);
-    t.hi_neg |= uint32_t(uint8_t(int8_t(-hi))) << (8 * m);
-    t.lo_pos |= uint32_t(uint8_t(int8_t(lo))) << (8 * m);
-    t.lo_neg |= uint32_t(uint8_t(int8_t(-lo))) << (8 * m);
+    const int unit = int(Tq3Unit(m));
+    t.pos |= uint32_t(uint8_t(int8_t(unit))) << (8 * m);
+    t.neg |= uint32_t(uint8_t(int8_t(-unit))) << (8 * m);
   }
   return t;
 }
@@ -1226,8 +1214,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   if constexpr (kImma) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      score_unit[hh] = q_amax[2 * t + hh] * (1.0f / (float(kTq3QueryFixedMax) * float(kTq3UnitDenominator))) *
-                       float(1 << kTq3DigitBits) * kTq3InvUnitsPerMagnitude;  // S0's weight 2^8, 1 / alpha folded in
+      score_unit[hh] = q_amax[2 * t + hh] * (1.0f / float(kTq3QueryFixedMax)) *
+                       kTq3InvUnitsPerMagnitude;  // 1 / alpha folded in (units = alpha * magnitudes, tq3_codec.h)
     }
   }
 
@@ -1334,19 +1322,13 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
             const uint32_t nb_up = nb >> 16;
             const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
             const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
-            const uint32_t h0 = Prmt(digits.hi_pos, digits.hi_neg, na);
-            const uint32_t h1 = Prmt(digits.hi_pos, digits.hi_neg, nb);
-            const uint32_t h2 = Prmt(digits.hi_pos, digits.hi_neg, na_up);
-            const uint32_t h3 = Prmt(digits.hi_pos, digits.hi_neg, nb_up);
-            MmaS8(iacc[0], h0, h1, h2, h3, qf.x, qf.y);    // hi x q2
-            MmaS8(iacc[1], h0, h1, h2, h3, qf.z, qf.w);    // hi x q1
-            MmaS8(iacc[2], h0, h1, h2, h3, qf0.x, qf0.y);  // hi x q0
-            const uint32_t l0 = Prmt(digits.lo_pos, digits.lo_neg, na);
-            const uint32_t l1 = Prmt(digits.lo_pos, digits.lo_neg, nb);
-            const uint32_t l2 = Prmt(digits.lo_pos, digits.lo_neg, na_up);
-            const uint32_t l3 = Prmt(digits.lo_pos, digits.lo_neg, nb_up);
-            MmaS8(iacc[1], l0, l1, l2, l3, qf.x, qf.y);    // lo x q2
-            MmaS8(iacc[2], l0, l1, l2, l3, qf.z, qf.w);    // lo x q1
+            const uint32_t k0 = Prmt(digits.pos, digits.neg, na);  // signed int8 units of 4 codes
+            const uint32_t k1 = Prmt(digits.pos, digits.neg, nb);
+            const uint32_t k2 = Prmt(digits.pos, digits.neg, na_up);
+            const uint32_t k3 = Prmt(digits.pos, digits.neg, nb_up);
+            MmaS8(iacc[0], k0, k1, k2, k3, qf.x, qf.y);    // unit x q2
+            MmaS8(iacc[1], k0, k1, k2, k3, qf.z, qf.w);    // unit x q1
+            MmaS8(iacc[2], k0, k1, k2, k3, qf0.x, qf0.y);  // unit x q0
           }
         }
       } else {  // FP8: one 128-dim block of both keys at a time (LoadExpandK's register order = the query's KDim)
@@ -1388,9 +1370,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         v_scale[sub][1] = StagedFp8Scale(v_stage + L::kVScaleOffset - L::kVOffset, key_b);
       }
       if constexpr (kImma) {
-        // (2^16 S2 + (2^8 S1 + S0)) * 2^8 (2^8 in score_unit): |S1|, |S0| <= 256 x (6 x 128 + 81 x 128) at
-        // d = 256, so 2^8 S1 + S0 stays below 2^30 in int32; S2 converts exactly, the sum rounds once in fp32
-        // (one fma: 2^16 S2 is exact). v12: times one per-(key, head) product score_unit * k_scale.
+        // 2^16 S2 + (2^8 S1 + S0): |S1|, |S0| <= 114 x 128 x 256 at d = 256, so 2^8 S1 + S0 stays below 2^30 in
+        // int32; S2 (< 2^22) converts exactly, the sum rounds once in fp32 (one fma: 2^16 S2 is exact). v12: times
+        // one per-(key, head) product score_unit * k_scale.
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int kk = i >> 1;
