@@ -574,8 +574,12 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   CHECK(worst_row <= 1e-3, "%s: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), worst_row);
   // TQ3 key scores use the query as a per-head 24-bit fixed point (cuda_attention.cu, v9 / v15: the key units of
   // tq3_codec.h are exact int8), so a score is off by up to ~2^-24 max|q| sum|unit| / alpha; the test's nearly
-  // orthogonal q and k keep the LSE small, so the relative LSE error shows it (v9-v14 <= 1.9e-5).
-  CHECK(worst_lse <= 2e-4, "%s: worst lse relative error %.3g > 2e-4", name.c_str(), worst_lse);
+  // orthogonal q and k keep the LSE small, so the relative LSE error shows it. Measured (v15, 01:07 UTC): <= 1.0e-6
+  // for every set without BF16 (v9-v14, when the keys' "lo x q0" digit product was dropped: TQ3 4.4e-6 to 1.9e-5
+  // in 7 of the 8 TQ3-only cases, which this bound rejects), BF16 sets up to 1.4e-5 (its split hi + lo query).
+  const bool has_bf16 = std::find(c.formats.begin(), c.formats.end(), KvFormat::kBf16) != c.formats.end();
+  const double lse_bound = has_bf16 ? 5e-5 : 4e-6;
+  CHECK(worst_lse <= lse_bound, "%s: worst lse relative error %.3g > %.0e", name.c_str(), worst_lse, lse_bound);
   CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
         name.c_str());
   std::printf("  %-58s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), plan.total_items(), rel,
