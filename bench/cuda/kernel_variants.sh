@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine, experiments: builds the benchmark once per compile-time kernel variant (in parallel), runs the GPU
 # tests of the variants named in TEST_VARIANTS (plain), then the benchmark of every variant on the same points.
-# Usage: bench/cuda/kernel_variants.sh "name1:-DFLAG=1 -DOTHER=2" "name2:" ...   (BENCH_ARGS: benchmark points)
+# Usage: bench/cuda/kernel_variants.sh "name1:-DFLAG=1 -DOTHER=2" "name2:" ...   (BENCH_ARGS: benchmark points;
+# NO_BENCH=1: build and test only, for a caller that runs its own benchmark rounds, e.g. bench/cuda/switch_sweep.sh)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT_DIR=${OUT:-$ROOT/build/gpu-out}
@@ -28,6 +29,7 @@ for n in ${TEST_VARIANTS:-}; do
   t=$(find "$ROOT/build/var-$n" -name minimakv_cuda_tests -type f | head -1)
   "$t" > "$OUT_DIR/tests-$n.log" 2>&1; echo "tests $n rc=$?"; grep FAIL "$OUT_DIR/tests-$n.log" | head -5; tail -1 "$OUT_DIR/tests-$n.log"
 done
+[[ ${NO_BENCH:-0} == 1 ]] && { echo "== built, no benchmark ($(date -u +%H:%M:%S))"; exit 0; }
 for n in "${names[@]}"; do
   echo "== bench $n ($(date -u +%H:%M:%S))"
   bench=$(find "$ROOT/build/var-$n" -name minimakv_cuda_bench -type f | head -1)
