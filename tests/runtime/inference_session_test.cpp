@@ -254,7 +254,7 @@ TEST_F(TinyModel, RejectsBadTokensAndOverflow) {
 // merge); with 1 thread it is not. Both must agree up to fp32 rounding (amplified by the 8-bit activation codes
 // of later matmuls), in every paged mode, over a prompt of several pages plus decode steps. Measured (session 6,
 // TQ3 units 13/40/71/114): tq3 2.5e-3 relative (the same split gave < 2e-3 with the units of sessions 1-5),
-// bf16 / fp8 / minima 0 (their views are not long enough to be split here); bound 4e-3.
+// bf16 / fp8 / minima 0 (identical logits; why only tq3 differs was not traced); bound 4e-3.
 TEST_F(TinyModel, CacheAttentionSplitOverThreadsMatchesOneThread) {
   const std::vector<int32_t> prompt = Prompt(100, 9);
   const std::vector<int32_t> next = Prompt(10, 10);
