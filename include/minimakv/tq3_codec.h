@@ -14,7 +14,8 @@
 // A zero vector stores scale 0 (and decodes to zero).
 //
 // Byte layout of one vector's codes (3d/8 bytes; d=128: 48 B), chosen so that decode gets 3-bit selectors with
-// one mask per 8 coordinates (CUDA prmt selectors, AVX-512 byte shuffles): coordinates in groups of 32; group g
+// one mask per 8 coordinates (CUDA prmt selectors; the CPU kernels shift the nibbles into
+// place with VPSRLVD / VPSRLVW and look them up with VPERMPS / VPERMW): coordinates in groups of 32; group g
 // takes 12 bytes at offset 12 g, three little-endian uint32 words W0, W1, W2 (bytes [12g + 4i, 12g + 4i + 4)).
 // Nibble n (bits 4n .. 4n + 3, n < 8) of word Wi (i < 3):
 //   bits 4n .. 4n + 2  the 3-bit index of coordinate 32g + 8i + n
