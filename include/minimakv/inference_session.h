@@ -1,7 +1,7 @@
 // InferenceSession: one sequence of a LlamaModel on the CPU, with its KV cache in one of the KV modes:
-//   dense   fp32 K/V in plain arrays, attention in this file: the reference that matches llama.cpp (with
-//           emulate_llama_cpp_f16: K, V, Q and attention weights rounded to fp16 as llama.cpp's default f16
-//           cache and non-flash attention path do)
+//   dense   fp32 K/V in plain arrays, attention by src/runtime/prompt_attention.cpp: the reference that matches
+//           llama.cpp (with emulate_llama_cpp_f16: K, V, Q and attention weights rounded to fp16 as llama.cpp's
+//           default f16 cache and non-flash attention path do)
 //   bf16    minimakv PagedCache, hot format BF16, nothing converted (the control)
 //   fp8     PagedCache, FP8 only, nothing converted
 //   tq3     PagedCache FP8 -> TQ3 with recent_tokens = 0: every full page past the anchors is TQ3
