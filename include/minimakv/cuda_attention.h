@@ -8,13 +8,21 @@
 // and replayed as long as the lengths (hence the plan) do not change.
 //
 // Scope: decode, one query token per sequence (q_indptr is not read: sequence s owns query row s).
-// REQUIRES: head_dim 128 or 256; num_q_heads / kv_heads <= 8 (GQA group in one MMA tile); page_tokens a multiple
-// of 16 (the key tile); every view of one plan shares kv_heads and head_dim.
+// REQUIRES: head_dim 128 or 256; num_q_heads a multiple of kv_heads with a GQA group (num_q_heads / kv_heads) of at
+// most 64; page_tokens a multiple of 16 (the key tile); every view of one plan shares kv_heads and head_dim.
+// Groups > 8 (v16): a CTA's MMA tile holds 8 query heads, so a KV head's group is split into ceil(group / 8) head
+// tiles of near-equal size (16 -> 8 + 8, 12 -> 6 + 6, 9 -> 5 + 4), one CTA each. Cost: each head tile reads the KV
+// head's pages again, so the KV bytes requested are head_tiles() x those of one read (the tiles of a KV head are
+// neighbours in the grid and run in the same wave, so L2 serves part of the repeat reads). Workspace and merge are
+// unchanged (partial states are per query head either way); the plan counts head_tiles() CTAs per work item.
 //
-// Numerics: scores via tensor-core MMA (m16n8k16, fp32 accumulation). The query is split in two 16-bit parts
-// (hi + lo) so it keeps ~fp32 precision; BF16 pages use bf16 operands (probabilities also split hi + lo), FP8
-// and TQ3 pages fp16 operands (E4M3 codes convert exactly; TQ3 centroids round to fp16, relative 2^-12).
-// Per-vector scales are applied to scores (K) and folded into the probabilities (V).
+// Numerics: scores via tensor-core MMA with fp32 (or exact int32) accumulation. BF16 pages: bf16 m16n8k16 with the
+// query split in two bf16 parts (hi + lo, ~fp32 precision) and the probabilities likewise. FP8 pages: fp16
+// m16n8k16 (E4M3 codes convert exactly; query hi + lo). TQ3 pages: keys on the int8 tensor cores (m16n8k32 s8):
+// the codec's centroid units (13, 40, 71, 114, tq3_codec.h) are exact int8 operands and the query, per head, a
+// 24-bit fixed point in three int8 digits, so a score is exact up to the query's rounding to 24 bits and one fp32
+// rounding (docs/cuda-notes.md v15); TQ3 values: fp16 m16n8k16 with the units (exact in fp16) against fp16
+// probabilities. Per-vector scales are applied to scores (K) and folded into the probabilities (V).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -77,6 +85,8 @@ class CudaDecodePlan {
   KvFormat view_format(int v) const { return formats_[v]; }
   int view_items(int v) const { return item_count_[v]; }
   int total_items() const { return total_items_; }
+  // Head tiles per KV head: ceil(group / 8) (groups > 8 split into CTAs of <= 8 query heads each).
+  int head_tiles() const { return head_tiles_; }
 
  private:
   friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
@@ -96,6 +106,7 @@ class CudaDecodePlan {
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
   size_t meta_bytes_ = 0;                           // the uploaded prefix
   int total_items_ = 0;
+  int head_tiles_ = 1;
   size_t workspace_bytes_ = 0;
   std::vector<uint8_t> host_meta_;                  // what Upload copies
 };

@@ -34,7 +34,8 @@ using cuda_detail::kWarpSize;
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
-constexpr int kMaxGroup = 8;            // query heads per KV head that fit the MMA's 8-wide head dimension
+constexpr int kMaxGroup = 8;            // query heads per CTA (head tile) that fit the MMA's 8-wide head dimension
+constexpr int kMaxQueryGroup = 64;      // query heads per KV head the plan takes (ceil(group / 8) head tiles)
 constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k-steps (each thread: 32 of them)
 constexpr int kMinChunkTokens = 128;    // smallest page chunk a CTA takes (keeps the merge small)
 constexpr int kCtaOverheadTokens = 128; // split cost model: a CTA's fixed work (query fragments, combine) in tokens
@@ -289,11 +290,29 @@ struct DecodeParams {
   PageLayout layout;
   int item_offset;         // global index of this view's first item
   int num_q_heads;
-  int group;               // query heads per KV head (<= 8)
+  int group;               // query heads per KV head (any; v16: split into head tiles of <= kMaxGroup rows)
+  int head_tiles;          // head tiles per KV head: grid y = kv_head * head_tiles + tile
+  int tile_heads;          // query heads of a full head tile (the last tile of a KV head may hold fewer)
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
   CudaSignBits signs;      // TQ3: the rotation's signs (q' = H D q / sqrt(d))
   float inv_sqrt_dim;
 };
+
+// v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
+// at most kMaxGroup rows (the MMA's 8-wide head dimension), each a CTA that reads the same pages; tiles of one KV head
+// are adjacent in y, so they run in the same wave and their second reads of a page mostly hit L2. first_head =
+// the tile's first query head (global index), rows = its query heads (rows >= rows are zero queries).
+struct HeadTile {
+  int kv_head;
+  int first_head;
+  int rows;
+};
+__device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
+  const int y = int(blockIdx.y);
+  const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
+  const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
+  return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
+}
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
 // of its page (K codes, V codes, K scales, V scales of 16 tokens of one head), copied with 16-byte cp.async.cg
@@ -403,10 +422,10 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // d + d / 32 with kPadded, else d), running max and sum [warps][kMaxGroup]) merged into one partial state per query
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false>
-__device__ inline void WritePartialStates(const DecodeParams& p, int kv_head, const float* warp_out,
+__device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
-  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(kv_head) * p.group;
-  for (int h = 0; h < p.group; ++h) {
+  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
+  for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kMaxGroup + h]);
@@ -443,7 +462,8 @@ __device__ inline void WritePartialStates(const DecodeParams& p, int kv_head, co
 // q_frag[k-step][lane] = {hi (k 2t, 2t + 1), hi (k 2t + 8, 2t + 9), lo ..., lo ...} of head g = lane / 4, the
 // reduction index k permuted by KDim (the key layout).
 template <KvFormat kFormat, int kHeadDim>
-__device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, int kv_head, uint4* q_frag) {
+__device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
+                                           uint4* q_frag) {
   constexpr int kMTiles = kHeadDim / 16;
   for (int e = threadIdx.x; e < kMTiles * kWarpSize; e += kDecodeThreads) {
     const int kstep = e / kWarpSize;
@@ -452,9 +472,8 @@ __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWork
     const int tt = ln & 3;
     const int block = kstep / 8;
     const int jj = kstep % 8;
-    const float* q_row = row < p.group
-                             ? p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim
-                             : nullptr;
+    const float* q_row =
+        row < heads.rows ? p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim : nullptr;
     uint32_t regs[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // a0a1 (rho = 2 jj), a4a5 (rho = 2 jj + 1)
@@ -492,7 +511,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int warp = threadIdx.x / kWarpSize;
   const int g = lane >> 2;  // MMA group id: head row (QK), key row (K load), dim rows (V)
   const int t = lane & 3;   // thread in group
-  const int kv_head = blockIdx.y;
+  const HeadTile heads = CtaHeadTile(p);
+  const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[blockIdx.x];
   AllowDependentLaunch();
 
@@ -516,7 +536,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
   }
 
-  BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
+  BuildQueryFragments<kFormat, kHeadDim>(p, item, heads, q_frag);
   __syncthreads();
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
@@ -679,7 +699,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   }
   __syncthreads();
   WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim>(p, kv_head, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim>(p, heads, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -840,18 +860,18 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
 // of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
 // coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
 template <int kHeadDim>
-__device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, int kv_head,
+__device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   auto query_row = [&](int row) {
-    return p.q + (size_t(item.seq) * p.num_q_heads + kv_head * p.group + row) * kHeadDim;
+    return p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim;
   };
   // Row r of the group, rotated, at q_rows + r kHeadDim.
   auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
   for (int row = warp; row < kMaxGroup; row += kDecodeWarps) {
     float amax = 0.0f;
-    if (row < p.group) {
+    if (row < heads.rows) {
       // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
       // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
       // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576).
@@ -886,7 +906,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
     const int tt = ln & 3;
     const int block = kstep / 4;
     const int r = kstep % 4;
-    const float* q_row = row < p.group ? rotated_row(row) : nullptr;
+    const float* q_row = row < heads.rows ? rotated_row(row) : nullptr;
     const float amax = q_amax[row];
     const float to_fixed = amax > 0.0f ? float(kTq3QueryFixedMax) / amax : 0.0f;
     uint32_t d2[2] = {0u, 0u};
@@ -1066,7 +1086,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   const int warp = threadIdx.x / kWarpSize;
   const int g = lane >> 2;  // key rows g, 8 + g (scores); dim rows (values)
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
-  const int kv_head = blockIdx.y;
+  const HeadTile heads = CtaHeadTile(p);
+  const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[blockIdx.x];
   AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
@@ -1202,9 +1223,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
-    BuildTq3DigitFragments<kHeadDim>(p, item, kv_head, q_frag, q_frag0, q_amax, q_rows);
+    BuildTq3DigitFragments<kHeadDim>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
   } else {
-    BuildQueryFragments<kFormat, kHeadDim>(p, item, kv_head, q_frag);
+    BuildQueryFragments<kFormat, kHeadDim>(p, item, heads, q_frag);
   }
   __syncthreads();
   const Tq3Tables tab = shared_tables[lane];
@@ -1546,7 +1567,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, true>(p, kv_head, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true>(p, heads, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1959,7 +1980,9 @@ template <KvFormat kFormat, int kHeadDim>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
   using L = TileLayout<kFormat, kHeadDim>;
   MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim>(), dim3(unsigned(items), unsigned(kv_heads)),
+  // grid y: every head tile of every KV head (CtaHeadTile).
+  const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim>(), dim3(unsigned(items), head_ctas),
                                 dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
 }
@@ -1990,9 +2013,12 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     return Status::InvalidArgument("num_q_heads " + std::to_string(shape.num_q_heads) +
                                    " is not a positive multiple of kv_heads " + std::to_string(shape.kv_heads));
   }
-  if (shape.num_q_heads / shape.kv_heads > kMaxGroup) {
-    return Status::Unsupported("GQA group " + std::to_string(shape.num_q_heads / shape.kv_heads) +
-                               " exceeds the CUDA decode limit of 8 query heads per KV head");
+  const int group = shape.num_q_heads / shape.kv_heads;
+  if (group > kMaxQueryGroup) {
+    return Status::Unsupported("GQA group " + std::to_string(group) + " (num_q_heads " +
+                               std::to_string(shape.num_q_heads) + " / kv_heads " + std::to_string(shape.kv_heads) +
+                               ") exceeds the CUDA decode limit of " + std::to_string(kMaxQueryGroup) +
+                               " query heads per KV head");
   }
   if (!(shape.sm_scale > 0.0f) || !std::isfinite(shape.sm_scale)) {
     return Status::InvalidArgument("sm_scale " + std::to_string(shape.sm_scale) + " must be positive and finite");
@@ -2004,6 +2030,9 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   CudaDecodePlan plan;
   plan.shape_ = shape;
   plan.num_views_ = num_views;
+  // v16: groups > 8 run as ceil(group / 8) head tiles of near-equal size (12 -> 6 + 6, 9 -> 5 + 4), each a CTA
+  // reading the KV head's pages once more (L2 absorbs part of it: the tiles are adjacent in the grid).
+  plan.head_tiles_ = (group + kMaxGroup - 1) / kMaxGroup;
   std::vector<std::vector<CudaWorkItem>> items(num_views);
   std::vector<std::vector<int32_t>> indptr(num_views);
   bool seen[kNumKvFormats] = {};
@@ -2052,7 +2081,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
         const int64_t pages = view.page_indptr[s + 1] - view.page_indptr[s];
         ctas += (pages + cp - 1) / cp;
       }
-      ctas *= shape.kv_heads;
+      ctas *= int64_t(shape.kv_heads) * plan.head_tiles_;
       const double cost = double((ctas + slots - 1) / slots) * (double(cp) + overhead_pages);
       if (cost < best_cost * 0.999) {  // prefer larger chunks (fewer items) on near-ties
         best_cost = cost;
@@ -2178,6 +2207,8 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.item_offset = plan.item_offset_[v];
     params.num_q_heads = shape.num_q_heads;
     params.group = group;
+    params.head_tiles = plan.head_tiles_;
+    params.tile_heads = (group + plan.head_tiles_ - 1) / plan.head_tiles_;
     params.q_scale = shape.sm_scale * kLog2e;
     if (shape.head_dim == 256) {
       MINIMAKV_RETURN_IF_ERROR(

@@ -598,13 +598,29 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   }
 }
 
+// A refused shape: Create fails and its message names the bad value.
+void CheckRefused(const CudaDecodeShape& shape, const CudaViewLengths& view, const std::string& value,
+                  const char* what) {
+  CudaDecodePlan plan;
+  const Status status = CudaDecodePlan::Create(shape, &view, 1, 132, &plan);
+  CHECK(!status.ok(), "%s accepted", what);
+  CHECK(status.message().find(value) != std::string::npos, "%s: message \"%s\" does not name %s", what,
+        status.message().c_str(), value.c_str());
+}
+
 void TestPlanErrors() {
   const int32_t indptr[2] = {0, 1};
   const int32_t last[1] = {16};
   CudaViewLengths view{KvFormat::kFp8, 16, indptr, last};
   CudaDecodePlan plan;
   CHECK(!CudaDecodePlan::Create({1, 24, 4, 64, 0.125f, 0}, &view, 1, 132, &plan).ok(), "head_dim 64 accepted");
-  CHECK(!CudaDecodePlan::Create({1, 36, 4, 128, 0.1f, 0}, &view, 1, 132, &plan).ok(), "group 9 accepted");
+  // Groups > 8 are head tiles since v16 (any group up to 64); refused: q heads not a multiple of kv heads, group > 64.
+  CheckRefused({1, 36, 8, 128, 0.1f, 0}, view, "36", "num_q_heads 36 / kv_heads 8");
+  CheckRefused({1, 130, 2, 128, 0.1f, 0}, view, "65", "group 65");
+  CHECK(CudaDecodePlan::Create({1, 36, 4, 128, 0.1f, 0}, &view, 1, 132, &plan).ok() && plan.head_tiles() == 2,
+        "group 9 refused or not two head tiles");
+  CHECK(CudaDecodePlan::Create({1, 64, 1, 128, 0.1f, 0}, &view, 1, 132, &plan).ok() && plan.head_tiles() == 8,
+        "group 64 refused or not eight head tiles");
   CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
   CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &odd, 1, 132, &plan).ok(), "page_tokens 24 accepted");
   const int32_t bad_last[1] = {17};
@@ -645,7 +661,10 @@ int main() {
   // for 4, 2 and 8 tiles per page, which pages of 16 tokens never take.)
   const DecodeCase shapes[] = {{24, 4, 256, 16, {}, 0}, {32, 8, 128, 64, {}, 0}, {8, 8, 128, 32, {}, 1},
                                {16, 2, 256, 16, {}, 1}, {12, 4, 128, 16, {}, 3}, {24, 4, 256, 64, {}, 1},
-                               {16, 2, 256, 32, {}, 3},  {32, 8, 128, 128, {}, 1}};
+                               {16, 2, 256, 32, {}, 3},  {32, 8, 128, 128, {}, 1},
+                               // v16: groups > 8 as head tiles (16 = 8 + 8, 12 = 6 + 6, 9 = 5 + 4, 64 = 8 x 8)
+                               {64, 4, 128, 16, {}, 3},  {32, 2, 128, 64, {}, 0}, {24, 2, 128, 16, {}, 0},
+                               {48, 4, 128, 64, {}, 1},  {18, 2, 128, 16, {}, 3}, {64, 1, 128, 64, {}, 0}};
   for (const DecodeCase& base : shapes) {
     for (const auto& formats : format_sets) {
       DecodeCase c = base;
