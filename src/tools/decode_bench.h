@@ -36,7 +36,7 @@ struct DecodeBenchConfig {
   bool flush_caches = true;                        // evict the KV from the caches before each timed step
   std::vector<std::string> paths = {"bf16", "fp8", "tq3", "minima"};  // bf16 always runs (the baseline)
   // Kernel families to time, each with its own bf16 baseline, interleaved in the same rounds: "auto" (the
-  // dispatcher's per-format choice: AMX for FP8 and TQ3, AVX-512 for BF16 where AMX runs), "amx", "avx512",
+  // dispatcher's choice per format, GQA group and head_dim: src/kernels/cpu/cpu_dispatch.cpp), "amx", "avx512",
   // "scalar" (every format in that family).
   std::vector<std::string> isas = {"auto"};
   size_t floor_buffer_bytes = size_t(1) << 30;     // buffer for the bandwidth floor (>> a 300 MiB L3)
