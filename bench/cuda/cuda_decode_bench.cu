@@ -167,7 +167,10 @@ struct Timer {
 struct Shape {
   const char* name;
   int num_q_heads, kv_heads, head_dim;
+  bool one_point = false;  // v16 shapes: only 32K batch 8 in a full run (any point with --only), no conversion timing
 };
+constexpr int kOnePointContext = 32768;
+constexpr int kOnePointBatch = 8;
 
 }  // namespace
 
@@ -254,7 +257,10 @@ int main(int argc, char** argv) {
   if (csv) {
     std::fprintf(csv, "kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps\n");
   }
-  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256}, {"llama3-8b", 32, 8, 128}};
+  // v16: a GQA group of 16 (Qwen3-235B-A22B: 64 q / 4 kv heads, d 128; two head tiles per KV head) and head_dim 64
+  // (Llama-3.2-1B: 32 q / 8 kv heads) at one point each.
+  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256}, {"llama3-8b", 32, 8, 128}, {"qwen3-235b", 64, 4, 128, true},
+                          {"llama3.2-1b", 32, 8, 64, true}};
   std::vector<int> contexts = {8192, 32768, 65536, 131072};
   std::vector<int> batches = {1, 8, 32};
   if (quick) {
@@ -271,6 +277,7 @@ int main(int argc, char** argv) {
             })) {
           continue;
         }
+        if (only.empty() && shape.one_point && (ctx != kOnePointContext || batch != kOnePointBatch)) continue;
         const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
         if (bf16_bytes * 2 > kMemoryBudget) {
           std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);
@@ -368,6 +375,7 @@ int main(int argc, char** argv) {
   // ---- conversion throughput: FP8 pages -> TQ3 pages (distinct pages, shuffled).
   for (const Shape& shape : shapes) {
     if (skip_convert) break;
+    if (shape.one_point) continue;
     const int pages = 8192;
     Pool fp8 = MakePool(KvFormat::kFp8, shape.kv_heads, shape.head_dim, pages, 21);
     Pool tq3 = MakePool(KvFormat::kTq3, shape.kv_heads, shape.head_dim, pages, 22);

@@ -37,6 +37,11 @@ constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
 constexpr int kMaxGroup = 8;            // query heads per CTA (head tile) that fit the MMA's 8-wide head dimension
 constexpr int kMaxQueryGroup = 64;      // query heads per KV head the plan takes (ceil(group / 8) head tiles)
 constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k-steps (each thread: 32 of them)
+// v16: head_dim 64 has one K block of 64 dims (4 k-steps of 16); 128 / 256 keep kBlockDims (their code is unchanged).
+template <int kHeadDim>
+__host__ __device__ constexpr int KBlockDims() {
+  return kHeadDim < kBlockDims ? kHeadDim : kBlockDims;
+}
 constexpr int kMinChunkTokens = 128;    // smallest page chunk a CTA takes (keeps the merge small)
 constexpr int kCtaOverheadTokens = 128; // split cost model: a CTA's fixed work (query fragments, combine) in tokens
 constexpr int kMergeWarps = 4;
@@ -221,12 +226,14 @@ __host__ __device__ inline int KDim(int t, int rho, int e) {
   }
 }
 
-template <KvFormat kFormat>
+// kDims = the block's dims (v16: 64 at head_dim 64, then only pairs[0..7] are filled, dims KDim(t, rho < 8, e) < 64).
+template <KvFormat kFormat, int kDims = kBlockDims>
 __device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, uint32_t (&pairs)[16]) {
+  static_assert(kDims == kBlockDims || kDims == 64, "LoadExpandK: blocks of 128 or 64 dims");
   if constexpr (kFormat == KvFormat::kBf16) {
     const uint8_t* base = vec + block * kBlockDims * 2;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kDims / 32; ++i) {
       const uint4 v = LoadU4(base + 16 * (4 * i + t));
       pairs[4 * i + 0] = v.x;
       pairs[4 * i + 1] = v.y;
@@ -237,7 +244,7 @@ __device__ inline void LoadExpandK(const uint8_t* vec, int block, int t, uint32_
     static_assert(kFormat == KvFormat::kFp8, "LoadExpandK: BF16 and FP8 keys");
     const uint8_t* base = vec + block * kBlockDims;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kDims / 64; ++i) {
       const uint4 v = LoadU4(base + 16 * (4 * i + t));
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -254,8 +261,12 @@ template <KvFormat kFormat, int kHeadDim>
 __host__ __device__ inline int VDim(int g, int rho, int e) {
   if constexpr (kFormat == KvFormat::kBf16) {  // uint4 i at byte 16 (8 i + g)
     return 8 * (8 * (rho >> 2) + g) + 2 * (rho & 3) + e;
+  } else if constexpr (kFormat == KvFormat::kFp8 && kHeadDim == 64) {  // v16: 8 dims at byte 8 g (one uint2)
+    return 8 * g + 2 * rho + e;
   } else if constexpr (kFormat == KvFormat::kFp8) {
     return 16 * (8 * (rho >> 3) + g) + 2 * (rho & 7) + e;
+  } else if constexpr (kHeadDim == 64) {  // v16: quarter g & 3 of group g / 4; m-tile rho: coordinate 8 rho + 2 (g & 3) + e
+    return 32 * (g >> 2) + 8 * rho + 2 * (g & 3) + e;
   } else if constexpr (kHeadDim == 256) {  // group g; m-tile rho = 4 r + 2 j + h: coordinate 8 r + 4 j + 2 h + e
     return 32 * g + 2 * rho + e;
   } else {  // half g & 1 of group g / 2; m-tile rho = 2 r + h: coordinate 8 r + 4 (g & 1) + 2 h + e
@@ -500,7 +511,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // session 5, see docs/cuda-notes.md "Build switches").
   static_assert(kFormat == KvFormat::kBf16, "DecodePartialKernel: BF16 pages");
   using L = TileLayout<kFormat, kHeadDim>;
-  constexpr int kBlocks = kHeadDim / kBlockDims;
+  constexpr int kKBlockDims = KBlockDims<kHeadDim>();
+  constexpr int kBlocks = kHeadDim / kKBlockDims;
+  constexpr int kBlockSteps = kKBlockDims / 16;  // k-steps per block (8; 4 at head_dim 64)
   constexpr int kMTiles = kHeadDim / 16;
   constexpr int kTile = kCudaKeyTileTokens;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -588,11 +601,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     for (int block = 0; block < kBlocks; ++block) {
       uint32_t ka[16];
       uint32_t kb[16];
-      LoadExpandK<kFormat>(key_a, block, t, ka);
-      LoadExpandK<kFormat>(key_b, block, t, kb);
+      LoadExpandK<kFormat, kKBlockDims>(key_a, block, t, ka);
+      LoadExpandK<kFormat, kKBlockDims>(key_b, block, t, kb);
 #pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];
+      for (int jj = 0; jj < kBlockSteps; ++jj) {
+        const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];  // (block > 0 only with 8 k-steps per block)
         Mma<kFormat>(s0[block][0], qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
         Mma<kFormat>(s1[block][0], qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
         if constexpr (kQParts == 2) {
@@ -917,7 +930,9 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
       for (int byte = 0; byte < 4; ++byte) {
-        const int dim = block * kBlockDims + 32 * tt + 8 * r + 4 * j + byte;
+        // (head_dim 64, v16: k-step r of thread tt = selector word 2 (tt & 1) + r of group tt / 2.)
+        const int dim = kHeadDim == 64 ? 32 * (tt >> 1) + 8 * (2 * (tt & 1) + kstep) + 4 * j + byte
+                                       : block * kBlockDims + 32 * tt + 8 * r + 4 * j + byte;
         const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
         const int fixed = min(max(__float2int_rn(v * to_fixed), -kTq3QueryFixedMax), kTq3QueryFixedMax);
         // Floor divisions (arithmetic shifts) with the lower digits centred: q1, q0 in [-128, 127].
@@ -943,7 +958,14 @@ __device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane
   using L = TileLayout<KvFormat::kTq3, kHeadDim>;
   constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
   constexpr int kRound = 16 * kWarpSize;
-  static_assert(kCodeChunks >= kWarpSize && kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
+  if constexpr (kCodeChunks < kWarpSize) {  // v16, head_dim 64: 24 chunks per run, lanes 0-23
+    if (lane < kCodeChunks) {
+      CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
+      CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
+    }
+    return;
+  }
+  static_assert(kCodeChunks <= 3 * kWarpSize, "one to three rounds of the warp");
   CpAsync16Imm<L::kKOffset, 0>(dst_lane, k_lane);
   CpAsync16Imm<L::kVOffset, 0>(dst_lane, v_lane);
   if (kCodeChunks >= 2 * kWarpSize || (kCodeChunks > kWarpSize && lane + kWarpSize < kCodeChunks)) {
@@ -977,22 +999,42 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     // FP8: the code bytes of two keys are interleaved first (prmt), so each hardware conversion yields a key pair
     // of one dim: registers m = 8 i + 2 j (dims VDim(g, m, 0 / 1) = 16 (8 i + g) + 4 j, + 1) and m + 1 (+ 2, + 3).
     const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+    if constexpr (kHeadDim == 64) {
+      // v16: thread g's 8 dims at byte 8 g (VDim): words j = 0, 1 give m-tiles 2 j, 2 j + 1 as above.
+      uint2 w[4];
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 128; ++i) {
-      uint4 w[4];
+      for (int k = 0; k < 4; ++k) {
+        w[k] = *reinterpret_cast<const uint2*>(v_stage + min(keys[k], valid - 1) * L::kVStride + 8 * g);
+      }
+      const uint32_t wa[4][2] = {{w[0].x, w[0].y}, {w[1].x, w[1].y}, {w[2].x, w[2].y}, {w[3].x, w[3].y}};
 #pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = LoadU4(v_stage + min(keys[k], valid - 1) * L::kVStride + 16 * (8 * i + g));
-      const uint32_t wa[4][4] = {{w[0].x, w[0].y, w[0].z, w[0].w}, {w[1].x, w[1].y, w[1].z, w[1].w},
-                                 {w[2].x, w[2].y, w[2].z, w[2].w}, {w[3].x, w[3].y, w[3].z, w[3].w}};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t ab0, ab1, ab2, ab3, cd0, cd1, cd2, cd3;  // (key a, key b) of dims 4 j .. 4 j + 3; (c, d) likewise
+      for (int j = 0; j < 2; ++j) {
+        uint32_t ab0, ab1, ab2, ab3, cd0, cd1, cd2, cd3;
         E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x5140u), ab0, ab1);
         E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x7362u), ab2, ab3);
         E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x5140u), cd0, cd1);
         E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x7362u), cd2, cd3);
-        MmaF16(o_acc[8 * i + 2 * j], ab0, ab1, cd0, cd1, pb0, pb1);
-        MmaF16(o_acc[8 * i + 2 * j + 1], ab2, ab3, cd2, cd3, pb0, pb1);
+        MmaF16(o_acc[2 * j], ab0, ab1, cd0, cd1, pb0, pb1);
+        MmaF16(o_acc[2 * j + 1], ab2, ab3, cd2, cd3, pb0, pb1);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 128; ++i) {
+        uint4 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = LoadU4(v_stage + min(keys[k], valid - 1) * L::kVStride + 16 * (8 * i + g));
+        const uint32_t wa[4][4] = {{w[0].x, w[0].y, w[0].z, w[0].w}, {w[1].x, w[1].y, w[1].z, w[1].w},
+                                   {w[2].x, w[2].y, w[2].z, w[2].w}, {w[3].x, w[3].y, w[3].z, w[3].w}};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t ab0, ab1, ab2, ab3, cd0, cd1, cd2, cd3;  // (key a, key b) of dims 4 j .. 4 j + 3; (c, d) likewise
+          E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x5140u), ab0, ab1);
+          E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x7362u), ab2, ab3);
+          E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x5140u), cd0, cd1);
+          E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x7362u), cd2, cd3);
+          MmaF16(o_acc[8 * i + 2 * j], ab0, ab1, cd0, cd1, pb0, pb1);
+          MmaF16(o_acc[8 * i + 2 * j + 1], ab2, ab3, cd2, cd3, pb0, pb1);
+        }
       }
     }
     return;
@@ -1002,8 +1044,38 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
   // d = 256: thread g takes group g (12 bytes at 12 g). d = 128: the 16-bit halves h = g & 1 of the three words of
   // group g / 2: nibbles 4 h .. 4 h + 3 of each word, i.e. the indices of coordinates 8 i + 4 h + n (i < 3, n < 4)
   // with the spill bits of 24 + 4 h + n, a complete set of 16 coordinates.
-  const uint8_t* v_rows = v_stage + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
   const int keys[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+  if constexpr (kHeadDim == 64) {
+    // v16, head_dim 64: byte g & 3 of each word of group g / 4 = nibbles 2 (g & 3), 2 (g & 3) + 1: the indices of
+    // coordinates 8 i + 2 (g & 3) + n (i < 3, n < 2) with the spill bits of 24 + 2 (g & 3) + n (8 coordinates). The
+    // bytes of keys 2t | 8 + 2t and 2t + 1 | 9 + 2t share one word (bytes 0 | 1), so one pair-selector word serves
+    // both key pairs: byte 0 of even[r] / odd[r] = pair (2t, 2t + 1), byte 1 = pair (8 + 2t, 9 + 2t) of coordinate
+    // 8 r + 2 (g & 3) (+ 1 for odd); one Tq3Lookup4 gives both pairs. Not tuned (half of each word idles).
+    const uint8_t* v_rows64 = v_stage + 12 * (g >> 2) + (g & 3);
+    uint32_t w02[3];
+    uint32_t w13[3];
+#pragma unroll
+    for (int word = 0; word < 3; ++word) {
+      const uint32_t b0 = v_rows64[keys[0] * L::kVStride + 4 * word];
+      const uint32_t b1 = v_rows64[keys[1] * L::kVStride + 4 * word];
+      const uint32_t b2 = v_rows64[keys[2] * L::kVStride + 4 * word];
+      const uint32_t b3 = v_rows64[keys[3] * L::kVStride + 4 * word];
+      w02[word] = b0 | (b2 << 8);
+      w13[word] = b1 | (b3 << 8);
+    }
+    uint32_t even[4];
+    uint32_t odd[4];
+    Tq3PairSelectors(w02, w13, even, odd);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // m-tile r: coordinate 8 r + 2 (g & 3) (row g), + 1 (row g + 8)
+      uint32_t ve[2], vo[2];  // [0]: key pair (2t, 2t + 1), [1]: (8 + 2t, 9 + 2t)
+      Tq3Lookup4(even[r], tab, ve[0], ve[1]);
+      Tq3Lookup4(odd[r], tab, vo[0], vo[1]);
+      MmaF16(o_acc[r], ve[0], vo[0], ve[1], vo[1], pb0, pb1);
+    }
+    return;
+  }
+  const uint8_t* v_rows = v_stage + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
   uint32_t w[4][3];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -1070,7 +1142,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // TQ3 software pipelining (v8): the value phase of a warp's previous unit runs after the score phase of its current
   // unit (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
   constexpr bool kPipeline = kFormat == KvFormat::kTq3;
-  constexpr int kBlocks = kHeadDim / kBlockDims;
+  constexpr int kKBlockDims = KBlockDims<kHeadDim>();
+  constexpr int kBlocks = kHeadDim / kKBlockDims;
+  constexpr int kBlockSteps = kKBlockDims / 16;  // FP8 k-steps per block (8; 4 at head_dim 64)
   constexpr int kMTiles = kHeadDim / 16;
   constexpr int kTile = kCudaKeyTileTokens;
   constexpr int kChains = 2;  // FP8 score accumulators: query hi, lo
@@ -1176,9 +1250,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows (kUnitChunks
   // 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
   // computed here once; a unit's copies cost one page base and a few adds.
-  const bool regular_units = kFormat == KvFormat::kTq3 && pair_in_page &&
-                             (kSub * kDecodeWarps) % tiles_per_page == 0;
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
+  // (v16: head_dim 64's 48-chunk runs are no whole rounds of the warp: always the per-tile copies.)
+  const bool regular_units = kFormat == KvFormat::kTq3 && kUnitChunks % kWarpSize == 0 && pair_in_page &&
+                             (kSub * kDecodeWarps) % tiles_per_page == 0;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
   const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
   constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;  // per run: 4 (pairs)
@@ -1194,7 +1269,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
     const uint8_t* k_src = page32 + unit_k_src;
     const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
-    if constexpr (kSub >= 2) {  // (kUnitChunks is a multiple of 32 only for pairs)
+    if constexpr (kSub >= 2 && kUnitChunks % kWarpSize == 0) {  // (a multiple of 32 only for pairs, d >= 128)
       CopyRunLane<kUnitChunks, 0>(lane_dst + stage_offset, k_src);
       CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + stage_offset, k_src + v_codes_section);
     }
@@ -1326,7 +1401,32 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       const int key_b = kImma ? 8 + g : min(8 + g, valid[sub] - 1);
       const uint8_t* row_a = block_stage + L::kKOffset + key_a * L::kKStride;
       const uint8_t* row_b = block_stage + L::kKOffset + key_b * L::kKStride;
-      if constexpr (kImma) {
+      if constexpr (kImma && kHeadDim == 64) {
+        // v16, head_dim 64: two 32-coordinate groups, 2 k-steps; thread t takes group t / 2, selector words
+        // 2 (t & 1) + r of it in k-step r (t & 1 = 1: W2 and the spill word), as BuildTq3DigitFragments orders the
+        // query digits. The selects pick per lane (not tuned: d = 64 reads few bytes per key).
+        const uint8_t* ga = row_a + (t >> 1) * 12;
+        const uint8_t* gb = row_b + (t >> 1) * 12;
+        const uint32_t wa[3] = {LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8)};
+        const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
+        const bool upper = (t & 1) != 0;
+        const uint32_t sel_a[2] = {upper ? wa[2] & kTq3IndexNibbles : wa[0] & kTq3IndexNibbles,
+                                   upper ? Tq3SpillSelectors(wa[0], wa[1], wa[2]) : wa[1] & kTq3IndexNibbles};
+        const uint32_t sel_b[2] = {upper ? wb[2] & kTq3IndexNibbles : wb[0] & kTq3IndexNibbles,
+                                   upper ? Tq3SpillSelectors(wb[0], wb[1], wb[2]) : wb[1] & kTq3IndexNibbles};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint4 qf = q_frag[r * kWarpSize + lane];    // q2, q1
+          const uint2 qf0 = q_frag0[r * kWarpSize + lane];  // q0
+          const uint32_t k0 = Prmt(digits.pos, digits.neg, sel_a[r]);
+          const uint32_t k1 = Prmt(digits.pos, digits.neg, sel_b[r]);
+          const uint32_t k2 = Prmt(digits.pos, digits.neg, sel_a[r] >> 16);
+          const uint32_t k3 = Prmt(digits.pos, digits.neg, sel_b[r] >> 16);
+          MmaS8(iacc[0], k0, k1, k2, k3, qf.x, qf.y);
+          MmaS8(iacc[1], k0, k1, k2, k3, qf.z, qf.w);
+          MmaS8(iacc[2], k0, k1, k2, k3, qf0.x, qf0.y);
+        }
+      } else if constexpr (kImma) {
         const uint8_t* codes_a = row_a + t * 12;
         const uint8_t* codes_b = row_b + t * 12;
 #pragma unroll
@@ -1357,11 +1457,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         for (int block = 0; block < kBlocks; ++block) {
           uint32_t ka[16];
           uint32_t kb[16];
-          LoadExpandK<kFormat>(row_a, block, t, ka);
-          LoadExpandK<kFormat>(row_b, block, t, kb);
+          LoadExpandK<kFormat, kKBlockDims>(row_a, block, t, ka);
+          LoadExpandK<kFormat, kKBlockDims>(row_b, block, t, kb);
 #pragma unroll
-          for (int jj = 0; jj < 8; ++jj) {
-            const int kstep = block * 8 + jj;
+          for (int jj = 0; jj < kBlockSteps; ++jj) {
+            const int kstep = block * 8 + jj;  // (block > 0 only with 8 k-steps per block)
             const uint4 qf = q_frag[kstep * kWarpSize + lane];
             MmaF16(acc[0], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
             MmaF16(acc[1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
@@ -1949,11 +2049,17 @@ Status PartialOccupancyFor(KvFormat format, int head_dim, int* ctas_per_sm) {
       case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 256>(ctas_per_sm);
       case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 256>(ctas_per_sm);
     }
-  } else {
+  } else if (head_dim == 128) {
     switch (format) {
       case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 128>(ctas_per_sm);
       case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 128>(ctas_per_sm);
       case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 128>(ctas_per_sm);
+    }
+  } else {
+    switch (format) {
+      case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 64>(ctas_per_sm);
+      case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 64>(ctas_per_sm);
+      case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 64>(ctas_per_sm);
     }
   }
   return Status::Internal("unknown format");
@@ -2006,8 +2112,8 @@ Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, 
 Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views,
                               int sm_count, CudaDecodePlan* out) {
   if (shape.num_seqs < 0) return Status::InvalidArgument("num_seqs " + std::to_string(shape.num_seqs) + " < 0");
-  if (shape.head_dim != 128 && shape.head_dim != 256) {
-    return Status::Unsupported("CUDA decode takes head_dim 128 or 256, not " + std::to_string(shape.head_dim));
+  if (shape.head_dim != 64 && shape.head_dim != 128 && shape.head_dim != 256) {
+    return Status::Unsupported("CUDA decode takes head_dim 64, 128 or 256, not " + std::to_string(shape.head_dim));
   }
   if (shape.kv_heads <= 0 || shape.num_q_heads <= 0 || shape.num_q_heads % shape.kv_heads != 0) {
     return Status::InvalidArgument("num_q_heads " + std::to_string(shape.num_q_heads) +
@@ -2213,9 +2319,12 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     if (shape.head_dim == 256) {
       MINIMAKV_RETURN_IF_ERROR(
           LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
-    } else {
+    } else if (shape.head_dim == 128) {
       MINIMAKV_RETURN_IF_ERROR(
           LaunchPartialFor<128>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
+    } else {
+      MINIMAKV_RETURN_IF_ERROR(
+          LaunchPartialFor<64>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
     }
     programmatic = true;
   }
@@ -2265,17 +2374,21 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
     if (shape.head_dim == 256) {
       error = few ? LaunchKernel(MergeRowKernel<256, kFew>, grid, block, 0, stream, programmatic, merge)
                   : LaunchKernel(MergeRowKernel<256, kMany>, grid, block, 0, stream, programmatic, merge);
-    } else {
+    } else if (shape.head_dim == 128) {
       error = few ? LaunchKernel(MergeRowKernel<128, kFew>, grid, block, 0, stream, programmatic, merge)
                   : LaunchKernel(MergeRowKernel<128, kMany>, grid, block, 0, stream, programmatic, merge);
+    } else {
+      error = few ? LaunchKernel(MergeRowKernel<64, kFew>, grid, block, 0, stream, programmatic, merge)
+                  : LaunchKernel(MergeRowKernel<64, kMany>, grid, block, 0, stream, programmatic, merge);
     }
     return CudaError(error, "merge kernel launch");
   }
   const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
   const dim3 grid(row_blocks);
   const dim3 block(kMergeWarps * kWarpSize);
-  return CudaError(shape.head_dim == 256 ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
-                                         : LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge),
+  return CudaError(shape.head_dim == 256   ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
+                   : shape.head_dim == 128 ? LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge)
+                                           : LaunchKernel(MergeKernel<64>, grid, block, 0, stream, programmatic, merge),
                    "merge kernel launch");
 }
 

@@ -613,7 +613,10 @@ void TestPlanErrors() {
   const int32_t last[1] = {16};
   CudaViewLengths view{KvFormat::kFp8, 16, indptr, last};
   CudaDecodePlan plan;
-  CHECK(!CudaDecodePlan::Create({1, 24, 4, 64, 0.125f, 0}, &view, 1, 132, &plan).ok(), "head_dim 64 accepted");
+  // head_dim 64 / 128 / 256 (v16: 64 too); others refused.
+  CheckRefused({1, 24, 4, 96, 0.1f, 0}, view, "96", "head_dim 96");
+  CheckRefused({1, 24, 4, 32, 0.1f, 0}, view, "32", "head_dim 32");
+  CHECK(CudaDecodePlan::Create({1, 24, 4, 64, 0.125f, 0}, &view, 1, 132, &plan).ok(), "head_dim 64 refused");
   // Groups > 8 are head tiles since v16 (any group up to 64); refused: q heads not a multiple of kv heads, group > 64.
   CheckRefused({1, 36, 8, 128, 0.1f, 0}, view, "36", "num_q_heads 36 / kv_heads 8");
   CheckRefused({1, 130, 2, 128, 0.1f, 0}, view, "65", "group 65");
@@ -664,7 +667,11 @@ int main() {
                                {16, 2, 256, 32, {}, 3},  {32, 8, 128, 128, {}, 1},
                                // v16: groups > 8 as head tiles (16 = 8 + 8, 12 = 6 + 6, 9 = 5 + 4, 64 = 8 x 8)
                                {64, 4, 128, 16, {}, 3},  {32, 2, 128, 64, {}, 0}, {24, 2, 128, 16, {}, 0},
-                               {48, 4, 128, 64, {}, 1},  {18, 2, 128, 16, {}, 3}, {64, 1, 128, 64, {}, 0}};
+                               {48, 4, 128, 64, {}, 1},  {18, 2, 128, 16, {}, 3}, {64, 1, 128, 64, {}, 0},
+                               // v16: head_dim 64 (groups 1, 4, 8, and 16 as two head tiles)
+                               {8, 8, 64, 16, {}, 0},    {8, 8, 64, 64, {}, 1},    {16, 4, 64, 16, {}, 3},
+                               {32, 8, 64, 64, {}, 0},   {16, 2, 64, 64, {}, 3},   {24, 3, 64, 16, {}, 1},
+                               {32, 2, 64, 64, {}, 0}};
   for (const DecodeCase& base : shapes) {
     for (const auto& formats : format_sets) {
       DecodeCase c = base;
