@@ -8,8 +8,9 @@
 // and replayed as long as the lengths (hence the plan) do not change.
 //
 // Scope: decode, one query token per sequence (q_indptr is not read: sequence s owns query row s).
-// REQUIRES: head_dim 128 or 256; num_q_heads a multiple of kv_heads with a GQA group (num_q_heads / kv_heads) of at
-// most 64; page_tokens a multiple of 16 (the key tile); every view of one plan shares kv_heads and head_dim.
+// REQUIRES: head_dim 64, 128 or 256 (64 since v16: one K block of 4 k-steps, not tuned); num_q_heads a multiple of
+// kv_heads with a GQA group (num_q_heads / kv_heads) of at most 64; page_tokens a multiple of 16 (the key tile); every
+// view of one plan shares kv_heads and head_dim.
 // Groups > 8 (v16): a CTA's MMA tile holds 8 query heads, so a KV head's group is split into ceil(group / 8) head
 // tiles of near-equal size (16 -> 8 + 8, 12 -> 6 + 6, 9 -> 5 + 4), one CTA each. Cost: each head tile reads the KV
 // head's pages again, so the KV bytes requested are head_tiles() x those of one read (the tiles of a KV head are
