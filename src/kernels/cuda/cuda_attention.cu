@@ -8,8 +8,8 @@
 // so each thread loads 16-byte runs of its key rows straight into fragment registers (K side: the query
 // fragment follows the key layout; V side: the output rows are relabeled). TQ3 codes expand in registers: the
 // code words hold 3-bit indices as nibbles (tq3_codec.h), which serve as byte-permute (prmt) selectors after a
-// mask: one prmt per 4 coordinates and int8 digit (scores), two prmt for the low and high bytes of fp16
-// centroids plus two interleaves (values). Nothing is dequantized to memory.
+// mask: one prmt per 4 coordinates and int8 digit (scores), one prmt of biased unit bytes plus two that place them
+// into fp16 integers and one fp16 subtraction per fp16x2 (values). Nothing is dequantized to memory.
 #include "minimakv/cuda_attention.h"
 
 #include <cuda_bf16.h>
@@ -195,22 +195,29 @@ __device__ inline uint32_t LoadU32(const uint8_t* p) { return *reinterpret_cast<
 __device__ inline void AllowDependentLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ inline void WaitForPriorGrids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
-// fp16 centroid byte tables for prmt: byte m of lo = low byte of fp16(c[m]); sign only changes the high byte.
+// Value tables for prmt (session 7): a code's signed unit (tq3_codec.h: integers, |unit| <= 127) plus
+// kTq3ValueBias is one unsigned byte u; placed as the low byte of an fp16 whose high byte is 0x64 it reads as
+// exactly 1024 + u (fp16 spacing is 1 in [1024, 2048)), so one sub.f16x2 of 1024 + bias gives the unit exactly.
+// Per 4 codes: one lookup + two placing prmt + two HSUB2 on the FMA pipe, against two lookups (low / high fp16
+// bytes) + two interleaves before: one integer-ALU instruction less (same-run A/B, docs/cuda-notes.md v16b).
+constexpr int kTq3ValueBias = 128;
+constexpr uint32_t kFp16HighByte1024 = 0x64u;  // fp16 1024.0 = 0x6400
 struct Tq3Tables {
-  uint32_t lo;
-  uint32_t hi_pos;
-  uint32_t hi_neg;
+  uint32_t unit_pos;    // byte m: +unit m + bias (code m, sign bit clear)
+  uint32_t unit_neg;    // byte m: -unit m + bias (code 4 + m)
+  uint32_t high_bytes;  // 0x64 in every byte
+  uint32_t offset;      // fp16x2 (1024 + bias, 1024 + bias)
 };
 __device__ inline Tq3Tables MakeTq3Tables() {
-  Tq3Tables t{0, 0, 0};
+  Tq3Tables t{0, 0, kFp16HighByte1024 * 0x01010101u, 0};
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
-    const uint32_t bits = __half_as_ushort(
-        __float2half_rn(m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3));  // exact (tq3_codec.h)
-    t.lo |= (bits & 0xFFu) << (8 * m);
-    t.hi_pos |= (bits >> 8) << (8 * m);
+    const int unit = int(m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3);
+    t.unit_pos |= uint32_t(unit + kTq3ValueBias) << (8 * m);
+    t.unit_neg |= uint32_t(-unit + kTq3ValueBias) << (8 * m);
   }
-  t.hi_neg = t.hi_pos | 0x80808080u;
+  const uint32_t offset_bits = __half_as_ushort(__float2half_rn(1024.0f + kTq3ValueBias));
+  t.offset = offset_bits | (offset_bits << 16);
   return t;
 }
 
@@ -725,7 +732,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 //  2. P^T for the value MMA comes out of the S^T accumulators (fp16-packed) with one movmatrix (8x8 transpose)
 //     per 8 keys.
 //  3. Value codes of two keys share one nibble selector (key a in even nibbles, key b in odd ones), so the
-//     lookups and the lo/hi interleave directly produce the key-paired registers of the value MMA.
+//     lookups and the placing prmt directly produce the key-paired registers of the value MMA.
 //  4. prmt through inline PTX (__byte_perm masks its selector with 0x7777 first: one more op per lookup),
 //     tile / page positions tracked incrementally (no integer division per tile), tile copies fully unrolled.
 //  5. (v8) TQ3 is software-pipelined (kPipeline): the score phase of a warp's tile i and the value phase of
@@ -785,12 +792,18 @@ __device__ inline uint32_t Tq3SpillSelectors(uint32_t w0, uint32_t w1, uint32_t 
   const uint32_t bits210 = ((w0 >> 3) & 0x11111111u) | (bits21 & ~0x11111111u);     // bit 0 from W0
   return bits210 & kTq3IndexNibbles;  // bit 3 held junk (the next nibble's bit 0 of W2 >> 1)
 }
-// Indices in nibbles 0-3 of sel -> fp16 centroids (alpha-scaled) as two fp16x2 registers: (c0, c1), (c2, c3).
+__device__ inline uint32_t SubHalf2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// Indices in nibbles 0-3 of sel -> signed units (centroids x alpha, exact in fp16) as two fp16x2 registers:
+// (c0, c1), (c2, c3). Tq3Tables has the byte trick.
 __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& out01, uint32_t& out23) {
-  const uint32_t lo4 = Prmt(tab.lo, tab.lo, sel);
-  const uint32_t hi4 = Prmt(tab.hi_pos, tab.hi_neg, sel);
-  out01 = Prmt(lo4, hi4, 0x5140u);
-  out23 = Prmt(lo4, hi4, 0x7362u);
+  const uint32_t biased4 = Prmt(tab.unit_pos, tab.unit_neg, sel);  // byte n = unit of code n + bias
+  // bytes (u0, 0x64, u1, 0x64) and (u2, 0x64, u3, 0x64): fp16x2 (1024 + u0, 1024 + u1), (1024 + u2, 1024 + u3)
+  out01 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4140u), tab.offset);
+  out23 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4342u), tab.offset);
 }
 // Value side: the value MMA's A operand pairs two keys a, b of one coordinate per register, so the selector nibbles
 // of the two keys are interleaved first, on the raw words (bit 3 of every nibble still carries its spill bit):
