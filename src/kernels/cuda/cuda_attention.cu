@@ -1,9 +1,13 @@
 // Paged decode attention on the GPU: plan, per-format partial kernels, merge. See cuda_attention.h.
 //
-// Partial kernel (one CTA = 4 warps = one work item x one KV head). Each warp takes key tiles of 16 tokens and
-// runs two tensor-core products per tile (mma.sync m16n8k16, fp32 accumulate):
+// Partial kernel (one CTA = 4 warps = one work item x one head tile: <= 8 query heads of one KV head). BF16
+// (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
+// m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
 //   O^T[16 dims][8 heads] += V^T[16 dims][16 keys] * P^T    (P^T fragments are the S accumulators, no shuffle)
+// FP8 and TQ3 (DecodePartialTransposedKernel) score S^T = K Q^T (keys as the MMA rows), so P^T for the value MMA
+// comes out of the score accumulators by one movmatrix per 8 keys; TQ3 takes 32-key units and scores them on the
+// integer tensor cores (mma m16n8k32 s8: the key's signed unit as one int8 digit, the query as three).
 // The reduction dimension of an MMA may be permuted freely as long as both operands use the same permutation,
 // so each thread loads 16-byte runs of its key rows straight into fragment registers (K side: the query
 // fragment follows the key layout; V side: the output rows are relabeled). TQ3 codes expand in registers: the
@@ -46,8 +50,8 @@ constexpr int kMinChunkTokens = 128;    // smallest page chunk a CTA takes (keep
 constexpr int kCtaOverheadTokens = 128; // split cost model: a CTA's fixed work (query fragments, combine) in tokens
 constexpr int kMergeWarps = 4;
 constexpr size_t kWorkspaceAlign = 256;
-// TQ3 centroids enter the MMA as fp16: the magnitudes are units / alpha (tq3_codec.h) with units that are exact
-// in fp16, so the tables hold the units exactly and the per-vector scales are divided by alpha.
+// TQ3 centroids enter the MMAs as their integer units (tq3_codec.h: magnitudes = units / alpha): int8 on the key
+// side, fp16 on the value side (both exact); 1 / alpha goes into the scales.
 // (Scalars: device code may read namespace-scope constexpr scalars, not arrays.)
 constexpr float kTq3Unit0 = kTq3MagnitudeUnits[0];
 constexpr float kTq3Unit1 = kTq3MagnitudeUnits[1];
@@ -738,8 +742,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 //  5. (v8) TQ3 is software-pipelined (kPipeline): the score phase of a warp's tile i and the value phase of
 //     its tile i - 1 are one instruction stream. FP8 uses the same structure with hardware E4M3 conversions
 //     (value bytes of two keys interleaved by one prmt before the conversion: key-paired registers directly).
-//  6. (v9) TQ3 scores on the integer tensor cores (kImma, mma m16n8k32 s8): keys as two exact int8 digits from
-//     one prmt each per 4 coordinates, the query as three int8 digits of a per-head 24-bit fixed point.
+//  6. (v9, v15) TQ3 scores on the integer tensor cores (kImma, mma m16n8k32 s8): keys as one exact int8 digit (the
+//     signed unit) from one prmt per 4 coordinates, the query as three int8 digits of a per-head 24-bit fixed point.
 
 __device__ inline uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
   uint32_t d;
