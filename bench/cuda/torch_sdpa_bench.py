@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 
 SHAPES = [("qwen3.6-27b", 24, 4, 256), ("llama3-8b", 32, 8, 128)]
+# v16 shapes of the CUDA bench (GQA group 16; head_dim 64): only the points it runs for them in a full run.
+EXTRA_SHAPES = [("qwen3-235b", 64, 4, 128, [(32768, 8), (65536, 8)]), ("llama3.2-1b", 32, 8, 64, [(32768, 8)])]
 MEMORY_BUDGET_BYTES = 100 << 30
 FLUSH_BYTES = 256 << 20  # > 4x the 60 MB L2
 WARMUP_RUNS = 10
@@ -50,24 +52,25 @@ def main():
     contexts = [32768] if args.quick else [8192, 32768, 65536, 131072]
     batches = [8] if args.quick else [1, 8, 32]
     rows = []
-    for name, hq, hkv, d in SHAPES:
-        for ctx in contexts:
-            for batch in batches:
-                kv_bytes = batch * ctx * hkv * d * 2 * 2
-                if kv_bytes * 2 > MEMORY_BUDGET_BYTES:
-                    continue
-                q = torch.randn(batch, hq, 1, d, device="cuda", dtype=torch.bfloat16)
-                k = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
-                v = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
-                fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                fn()
-                torch.cuda.synchronize()
-                us = time_us(fn, flush)
-                gbps = kv_bytes / us * 1e-3
-                print(f"torch sdpa {name:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
-                rows.append(["torch_sdpa", name, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
-                del q, k, v
-                torch.cuda.empty_cache()
+    points = [(name, hq, hkv, d, ctx, batch) for name, hq, hkv, d in SHAPES for ctx in contexts for batch in batches]
+    points += [(name, hq, hkv, d, ctx, batch) for name, hq, hkv, d, pts in EXTRA_SHAPES for ctx, batch in pts
+               if not args.quick or (ctx, batch) == (32768, 8)]
+    for name, hq, hkv, d, ctx, batch in points:
+        kv_bytes = batch * ctx * hkv * d * 2 * 2
+        if kv_bytes * 2 > MEMORY_BUDGET_BYTES:
+            continue
+        q = torch.randn(batch, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        fn()
+        torch.cuda.synchronize()
+        us = time_us(fn, flush)
+        gbps = kv_bytes / us * 1e-3
+        print(f"torch sdpa {name:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
+        rows.append(["torch_sdpa", name, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
+        del q, k, v
+        torch.cuda.empty_cache()
     with open(args.csv, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["kind", "shape", "context", "batch", "format", "time_us", "kv_bytes", "gbps"])
