@@ -22,7 +22,7 @@ std::string_view KvFormatName(KvFormat format);
 // Parses "bf16", "fp8" or "tq3".
 Status ParseKvFormat(std::string_view name, KvFormat* format);
 
-// Head dimensions every codec and CPU kernel supports (CUDA decode: 128 and 256 only, cuda_attention.h). The
+// Head dimensions every codec and kernel supports (CPU and CUDA: cuda_attention.h). The
 // Hadamard rotation needs a power of two; the kernels are specialized for these sizes (SmolLM/Llama 64 and 128,
 // Qwen3.6 256).
 inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
