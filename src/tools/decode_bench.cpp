@@ -158,6 +158,16 @@ std::string PathIsa(const CpuAttentionOptions& options, const DecodeShape& shape
 
 }  // namespace
 
+double MedianRatioToFloor(const std::vector<double>& step_seconds, const std::vector<double>& read_bytes_per_s,
+                          double kv_bytes, double compute_floor_seconds) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < step_seconds.size() && r < read_bytes_per_s.size(); ++r) {
+    const double memory_floor_seconds = kv_bytes / read_bytes_per_s[r];
+    ratios.push_back(step_seconds[r] / std::max(memory_floor_seconds, compute_floor_seconds));
+  }
+  return ratios.empty() ? 0.0 : Median(ratios);
+}
+
 Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(const std::string&)>& progress,
                       std::vector<DecodeBenchRow>* rows) {
   DecodeShape shape;
@@ -183,11 +193,27 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
-  std::map<int, MachineFloors> floors;
-  for (int t : config.threads) {
-    say("measuring machine floors (read bandwidth, FMA peak) on " + std::to_string(t) + " thread(s)");
-    MINIMAKV_RETURN_IF_ERROR(CachedMachineFloors(t, config.floor_buffer_bytes, &floors[t]));
+  if (config.flush_caches && config.floor_sweep_bytes == 0) {
+    return Status::InvalidArgument("floor_sweep_bytes must be > 0");
   }
+  // Compute peaks once per thread count (they do not move with the memory system). The read bandwidth: with
+  // flush_caches on, a sweep in every round (below); off, once here.
+  std::map<int, MachineFloors> floors;
+  const size_t run_level_read_bytes = config.flush_caches ? 0 : config.floor_buffer_bytes;
+  for (int t : config.threads) {
+    say(std::string("measuring machine floors (") + (config.flush_caches ? "" : "read bandwidth, ") +
+        "FMA and AMX peaks) on " + std::to_string(t) + " thread(s)");
+    MINIMAKV_RETURN_IF_ERROR(CachedMachineFloors(t, run_level_read_bytes, &floors[t]));
+  }
+  // The per-round sweep. Its buffer is cold without a flush of its own: it is read once per round, after the
+  // round's last path, and every round flushes the caches before each of its steps, so at least one flush
+  // (a read of twice the LLC, FlushCpuCaches) lies between two sweeps, as between two steps of one path.
+  // Hence it need not exceed the LLC, and it is not a multiple of it: 256 MiB, i.e. 256 chunks of 1 MiB for
+  // the threads to share (a thread that starts late costs at most a chunk), costs ~13-25 ms at the 10-20
+  // GB/s this VM reads (one flush alone costs ~40-60 ms, and a round has one per path), and is of the order
+  // of the bytes the paths read at 32K (BF16 128 MiB at batch 1, 512 MiB at batch 4; TQ3 27 / 107 MiB).
+  std::unique_ptr<ReadSweep> sweep;
+  if (config.flush_caches) MINIMAKV_RETURN_IF_ERROR(ReadSweep::Create(config.floor_sweep_bytes, &sweep));
   rows->clear();
   for (int64_t context : config.contexts) {
     for (int batch : config.batches) {
@@ -207,8 +233,10 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
         for (const std::string& isa : config.isas) {
           for (auto& c : cases) MINIMAKV_RETURN_IF_ERROR(c->Step(pool, isa));  // warm-up: page faults, threads
         }
+        if (sweep) sweep->Run(pool);  // warm-up too; the first round's flushes then evict it
         // Timings of (isa k, path i) at index k * paths + i.
         std::vector<std::vector<double>> wall(isas * paths.size()), cpu(isas * paths.size());
+        std::vector<double> read_bytes_per_s;  // per round
         double total = 0.0;
         while (int(wall[0].size()) < config.min_repeats || total < config.min_seconds) {
           for (size_t k = 0; k < isas; ++k) {
@@ -223,8 +251,11 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
               total += seconds;
             }
           }
+          read_bytes_per_s.push_back(sweep ? double(sweep->bytes()) / sweep->Run(pool)
+                                           : floors[threads].read_bytes_per_s);
         }
         const MachineFloors& f = floors[threads];
+        const double read_median = Median(read_bytes_per_s);
         for (size_t k = 0; k < isas; ++k) {
           const double bf16_us = Median(wall[k * paths.size()]) * 1e6;  // paths[0] is bf16
           for (size_t i = 0; i < paths.size(); ++i) {
@@ -241,10 +272,13 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
             row.cpu_us_per_step = Median(cpu[index]) * 1e6;
             row.kv_bytes_read = cases[i]->kv_bytes_read();
             row.gb_per_s = row.kv_bytes_read / (row.us_per_step * 1e-6) / 1e9;
-            row.floor_memory_us = row.kv_bytes_read / f.read_bytes_per_s * 1e6;
+            row.read_gb_per_s = read_median / 1e9;
+            row.read_sweeps = sweep ? int(read_bytes_per_s.size()) : 0;
+            row.floor_memory_us = row.kv_bytes_read / read_median * 1e6;
             row.floor_compute_us =
                 cases[i]->multiply_adds() / (amx ? f.amx_bf16_macs_per_s : f.fma_macs_per_s) * 1e6;
-            row.ratio_to_floor = row.us_per_step / std::max(row.floor_memory_us, row.floor_compute_us);
+            row.ratio_to_floor =
+                MedianRatioToFloor(wall[index], read_bytes_per_s, row.kv_bytes_read, row.floor_compute_us * 1e-6);
             row.speedup_vs_bf16 = bf16_us / row.us_per_step;
             rows->push_back(row);
           }

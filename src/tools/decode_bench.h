@@ -7,6 +7,10 @@
 // between timed steps (a real decode step reads each layer's KV once, cold), unless flush_caches is off.
 // The paths of one (context, batch) are timed in interleaved rounds (bf16, fp8, tq3, minima, bf16, ...), so
 // other load on a shared machine affects them alike; us_per_step is the median over rounds.
+// The memory floor is measured in the same rounds: each round ends with a cold read sweep of
+// floor_sweep_bytes on the same thread pool (ReadSweep, tools/machine_floors.h), and a path's ratio_to_floor
+// is the median over rounds of its time / the floor of its bytes at that round's bandwidth, because this
+// VM's read bandwidth moves by 20% and more within minutes (docs/BENCHMARKS.md, section 3).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,9 @@
 #include "tools/synthetic_kv.h"
 
 namespace minimakv {
+
+// Default bytes of the per-round read sweep (the reasons are at its use in decode_bench.cpp).
+inline constexpr size_t kDefaultFloorSweepBytes = size_t(256) << 20;
 
 struct DecodeBenchConfig {
   std::string shape = "llama-3.1-8b";  // or "qwen3.6-27b"
@@ -39,7 +46,12 @@ struct DecodeBenchConfig {
   // dispatcher's choice per format, GQA group and head_dim: src/kernels/cpu/cpu_dispatch.cpp), "amx", "avx512",
   // "scalar" (every format in that family).
   std::vector<std::string> isas = {"auto"};
-  size_t floor_buffer_bytes = size_t(1) << 30;     // buffer for the bandwidth floor (>> a 300 MiB L3)
+  // Read sweep timed at the end of every round for the memory floor (flush_caches on; RunDecodeBench says why
+  // this size).
+  size_t floor_sweep_bytes = kDefaultFloorSweepBytes;
+  // With flush_caches off a cold sweep would evict the warm paths, so the bandwidth is measured once before
+  // the rounds instead, on a buffer this large (>> the 300 MiB L3, so it is cold by its own size).
+  size_t floor_buffer_bytes = size_t(1) << 30;
 };
 
 struct DecodeBenchRow {
@@ -52,10 +64,16 @@ struct DecodeBenchRow {
   double kv_bytes_read = 0.0;     // K and V payload (codes + scales) the step reads
   double gb_per_s = 0.0;          // kv_bytes_read / us_per_step
   double speedup_vs_bf16 = 0.0;   // bf16 us_per_step / this path's, same context, batch, threads, isa
-  double floor_memory_us = 0.0;   // kv_bytes_read / measured read bandwidth at `threads`
+  double floor_memory_us = 0.0;   // kv_bytes_read / measured read bandwidth at `threads` (read_gb_per_s)
   double floor_compute_us = 0.0;  // multiply-adds (QK and PV) / measured peak at `threads`: fp32 FMA, or
                                   // AMX bf16 (TDPBF16PS) for isa amx
-  double ratio_to_floor = 0.0;    // us_per_step / max(floor_memory_us, floor_compute_us)
+  // Median over rounds of (this path's step time / max(its memory floor at that round's read bandwidth,
+  // floor_compute_us)); equals us_per_step / max(floor_memory_us, floor_compute_us) when the bandwidth is
+  // measured once (read_sweeps 0). MedianRatioToFloor.
+  double ratio_to_floor = 0.0;
+  double read_gb_per_s = 0.0;     // cold read bandwidth at `threads`: median over the rounds' sweeps, or the
+                                  // one measurement before the rounds when read_sweeps is 0
+  int read_sweeps = 0;            // rounds whose own read sweep judged this row (0: flush_caches off)
   double cpu_us_per_step = 0.0;   // median process CPU time per step / threads: the step time the kernel
                                   // would take with the cores to itself (robust to other load on the machine)
 };
@@ -98,6 +116,12 @@ void FlushCpuCaches();
 
 // The attention options that run kernel family `isa` ("auto", "amx", "avx512", "scalar"); InvalidArgument else.
 Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options);
+
+// ratio_to_floor over timing rounds: round r's step time step_seconds[r] against the larger of the memory floor
+// of kv_bytes at that round's read bandwidth read_bytes_per_s[r] and compute_floor_seconds; the median over
+// rounds (mean of the middle two for an even count). Both vectors hold one entry per round, same length > 0.
+double MedianRatioToFloor(const std::vector<double>& step_seconds, const std::vector<double>& read_bytes_per_s,
+                          double kv_bytes, double compute_floor_seconds);
 
 Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(const std::string&)>& progress,
                       std::vector<DecodeBenchRow>* rows);

@@ -5,11 +5,20 @@
 //                    for the AMX kernels multiply-adds / AMX bf16 peak (independent TDPBF16PS chains)
 // Both are timed with per-thread CPU time (the longest thread), so other jobs on a shared machine do not make
 // the hardware look slower than it is.
+//
+// The read bandwidth of this VM moves by 20% and more within minutes (docs/BENCHMARKS.md, section 3), so a
+// floor measured once before a benchmark judges its paths against another moment's memory system. ReadSweep
+// is the same read measurement made cheap enough to repeat in every timing round of `minimakv bench`, right
+// next to the paths it judges (decode_bench.cpp, RunDecodeBench). The compute peaks are measured once: they
+// depend on the core, not on the memory system the other tenants share.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include "minimakv/status.h"
+#include "minimakv/thread_pool.h"
 
 namespace minimakv {
 
@@ -27,9 +36,39 @@ struct MachineFloors {
 inline constexpr size_t kDefaultFloorBufferBytes = size_t(1) << 30;
 
 // Measures both floors with `threads` threads (median of a few repeats). Takes about a second.
+// buffer_bytes 0: only the compute peaks are measured (read_bytes_per_s and buffer_bytes stay 0), for callers
+// that measure the bandwidth themselves with a ReadSweep.
 Status MeasureMachineFloors(int threads, size_t buffer_bytes, MachineFloors* floors);
 
 // The same, measured once per (thread count, buffer size) per process and then reused.
 Status CachedMachineFloors(int threads, size_t buffer_bytes, MachineFloors* floors);
+
+// One buffer read start to end by the threads of a pool, timed by wall clock: the memory floor's measurement
+// on the same pool (so the same threads and the same wake-up path) as the kernels it is compared with. The
+// buffer is split into ReadSweep::kChunkBytes chunks handed out in order, so a thread that starts late reads
+// fewer chunks instead of leaving the other to read alone at the end. Memory as the synthetic KV pools
+// (tools/synthetic_kv.cpp): 2 MiB aligned and advised to use transparent huge pages.
+// Run() reads cold data only if the buffer was evicted since its last read (the caller flushes the caches).
+class ReadSweep {
+ public:
+  static constexpr size_t kChunkBytes = size_t(1) << 20;
+  // `bytes` is rounded down to whole chunks, at least one; InvalidArgument for 0, ResourceExhausted when the
+  // allocation fails.
+  static Status Create(size_t bytes, std::unique_ptr<ReadSweep>* out);
+  ~ReadSweep();
+  ReadSweep(const ReadSweep&) = delete;
+  ReadSweep& operator=(const ReadSweep&) = delete;
+
+  // Reads every byte once on pool's threads (the calling thread included); returns the wall seconds.
+  double Run(ThreadPool& pool);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  ReadSweep() = default;
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool avx512_ = false;
+  std::unique_ptr<uint64_t[]> chunk_sinks_;  // one XOR per chunk, so the reads cannot be optimized away
+};
 
 }  // namespace minimakv

@@ -37,7 +37,10 @@ TEST(DecodeBench, RowsCarryExactBytesAndConsistentRatios) {
     EXPECT_GT(row.floor_memory_us, 0.0);
     EXPECT_GT(row.floor_compute_us, 0.0);
     EXPECT_NEAR(row.gb_per_s, row.kv_bytes_read / row.us_per_step * 1e-3, 1e-9 * row.gb_per_s);
+    // Bandwidth measured once (flush_caches off): the median of per-round ratios is the ratio of the medians.
     EXPECT_NEAR(row.ratio_to_floor, row.us_per_step / std::max(row.floor_memory_us, row.floor_compute_us), 1e-9);
+    EXPECT_EQ(row.read_sweeps, 0);
+    EXPECT_NEAR(row.floor_memory_us, row.kv_bytes_read / (row.read_gb_per_s * 1e9) * 1e6, 1e-9 * row.floor_memory_us);
     if (row.path == "bf16") {
       EXPECT_EQ(row.kv_bytes_read, vectors * BytesPerVector(KvFormat::kBf16, 128));
       EXPECT_EQ(row.speedup_vs_bf16, 1.0);
@@ -60,6 +63,51 @@ TEST(DecodeBench, RowsCarryExactBytesAndConsistentRatios) {
       if (other.isa == row.isa) EXPECT_EQ(row.floor_compute_us, other.floor_compute_us) << row.path << " " << other.path;
     }
   }
+}
+
+// The ratio to the floor must pair each round's step time with the bandwidth measured in that round. Synthetic
+// rounds in which the bandwidth moves 4x: kv_bytes 1e9 B, bandwidth 10, 5, 20 GB/s gives memory floors 0.1,
+// 0.2, 0.05 s; steps of 2.0, 1.0 and 1.1 times those floors. Per-round ratios {2.0, 1.0, 1.1}: median 1.1.
+// Against one bandwidth for the run (the median, 10 GB/s: floor 0.1 s) the median step 0.2 s would read 2.0,
+// and against the first round's alone (also 10 GB/s) the same.
+TEST(DecodeBench, RatioToFloorPairsEachRoundWithItsOwnBandwidth) {
+  const std::vector<double> read_bytes_per_s = {10e9, 5e9, 20e9};
+  const std::vector<double> step_seconds = {0.2, 0.2, 0.055};
+  EXPECT_DOUBLE_EQ(MedianRatioToFloor(step_seconds, read_bytes_per_s, 1e9, 0.0), 1.1);
+  // A compute floor above some rounds' memory floors replaces them there: floors max(0.1, 0.15) = 0.15,
+  // max(0.2, 0.15) = 0.2, max(0.05, 0.15) = 0.15 -> ratios {4/3, 1, 11/30}: median 1.
+  EXPECT_DOUBLE_EQ(MedianRatioToFloor(step_seconds, read_bytes_per_s, 1e9, 0.15), 1.0);
+  // An even number of rounds: the mean of the middle two ratios {2.0, 1.0, 1.1, 4.0} -> (1.1 + 2.0) / 2.
+  EXPECT_DOUBLE_EQ(MedianRatioToFloor({0.2, 0.2, 0.055, 0.4}, {10e9, 5e9, 20e9, 10e9}, 1e9, 0.0), 1.55);
+  // Bandwidth constant over rounds: the ratio of the median step time to the one floor.
+  EXPECT_DOUBLE_EQ(MedianRatioToFloor({0.3, 0.1, 0.2}, {10e9, 10e9, 10e9}, 1e9, 0.0), 2.0);
+}
+
+// With caches flushed, every round ends with its own read sweep, and the row's floor and bandwidth come from
+// those sweeps (their median), not from a measurement before the rounds.
+TEST(DecodeBench, FlushedRunsMeasureTheReadFloorInEveryRound) {
+  DecodeBenchConfig config;
+  config.contexts = {256};
+  config.batches = {1};
+  config.threads = {2};
+  config.paths = {"bf16", "tq3"};
+  config.min_repeats = 3;
+  config.min_seconds = 0.0;  // exactly min_repeats rounds
+  config.flush_caches = true;
+  config.floor_sweep_bytes = size_t(8) << 20;
+  std::vector<DecodeBenchRow> rows;
+  const Status status = RunDecodeBench(config, nullptr, &rows);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const DecodeBenchRow& row : rows) {
+    EXPECT_EQ(row.read_sweeps, 3) << row.path;
+    EXPECT_GT(row.read_gb_per_s, 0.1) << row.path;  // any machine reads > 100 MB/s
+    EXPECT_NEAR(row.floor_memory_us, row.kv_bytes_read / (row.read_gb_per_s * 1e9) * 1e6, 1e-9 * row.floor_memory_us);
+    EXPECT_GT(row.ratio_to_floor, 0.0) << row.path;
+  }
+  EXPECT_EQ(rows[0].read_gb_per_s, rows[1].read_gb_per_s);  // one sweep per round serves every path
+  config.floor_sweep_bytes = 0;
+  EXPECT_EQ(RunDecodeBench(config, nullptr, &rows).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DecodeBench, MinimaSplitsTiersAtPageBoundaries) {
@@ -100,6 +148,23 @@ TEST(MachineFloors, MeasuresPositiveFloors) {
   EXPECT_GT(floors.read_bytes_per_s, 1e8);   // any machine reads > 100 MB/s
   EXPECT_GT(floors.fma_macs_per_s, 1e8);
   EXPECT_EQ(floors.threads, 1);
+  // buffer_bytes 0: compute peaks only.
+  MachineFloors compute_only;
+  ASSERT_TRUE(MeasureMachineFloors(1, 0, &compute_only).ok());
+  EXPECT_EQ(compute_only.read_bytes_per_s, 0.0);
+  EXPECT_EQ(compute_only.buffer_bytes, 0u);
+  EXPECT_GT(compute_only.fma_macs_per_s, 1e8);
+}
+
+TEST(MachineFloors, ReadSweepRoundsToWholeChunks) {
+  std::unique_ptr<ReadSweep> sweep;
+  ASSERT_TRUE(ReadSweep::Create(3 * ReadSweep::kChunkBytes + 5, &sweep).ok());
+  EXPECT_EQ(sweep->bytes(), 3 * ReadSweep::kChunkBytes);
+  ASSERT_TRUE(ReadSweep::Create(1, &sweep).ok());
+  EXPECT_EQ(sweep->bytes(), ReadSweep::kChunkBytes);
+  ThreadPool pool(2);
+  EXPECT_GT(sweep->Run(pool), 0.0);
+  EXPECT_EQ(ReadSweep::Create(0, &sweep).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
