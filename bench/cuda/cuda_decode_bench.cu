@@ -168,8 +168,10 @@ struct Shape {
   const char* name;
   int num_q_heads, kv_heads, head_dim;
   bool one_point = false;  // v16 shapes: only 32K batch 8 in a full run (any point with --only), no conversion timing
+  bool also_64k = false;   // v17: with one_point, 64K batch 8 too (the group-16 shape, where one K / V read pays most)
 };
 constexpr int kOnePointContext = 32768;
+constexpr int kSecondPointContext = 65536;
 constexpr int kOnePointBatch = 8;
 
 }  // namespace
@@ -257,9 +259,9 @@ int main(int argc, char** argv) {
   if (csv) {
     std::fprintf(csv, "kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps\n");
   }
-  // v16: a GQA group of 16 (Qwen3-235B-A22B: 64 q / 4 kv heads, d 128; two head tiles per KV head) and head_dim 64
-  // (Llama-3.2-1B: 32 q / 8 kv heads) at one point each.
-  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256}, {"llama3-8b", 32, 8, 128}, {"qwen3-235b", 64, 4, 128, true},
+  // v16: a GQA group of 16 (Qwen3-235B-A22B: 64 q / 4 kv heads, d 128; v17: one CTA of two head tiles per KV head for
+  // FP8 / TQ3) and head_dim 64 (Llama-3.2-1B: 32 q / 8 kv heads) at 32K batch 8 (Qwen3-235B also at 64K batch 8).
+  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256}, {"llama3-8b", 32, 8, 128}, {"qwen3-235b", 64, 4, 128, true, true},
                           {"llama3.2-1b", 32, 8, 64, true}};
   std::vector<int> contexts = {8192, 32768, 65536, 131072};
   std::vector<int> batches = {1, 8, 32};
@@ -277,7 +279,8 @@ int main(int argc, char** argv) {
             })) {
           continue;
         }
-        if (only.empty() && shape.one_point && (ctx != kOnePointContext || batch != kOnePointBatch)) continue;
+        const bool listed_context = ctx == kOnePointContext || (shape.also_64k && ctx == kSecondPointContext);
+        if (only.empty() && shape.one_point && (!listed_context || batch != kOnePointBatch)) continue;
         const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
         if (bf16_bytes * 2 > kMemoryBudget) {
           std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);

@@ -39,7 +39,7 @@ using cuda_detail::kWarpSize;
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
 constexpr int kMaxGroup = 8;            // query heads per CTA (head tile) that fit the MMA's 8-wide head dimension
-constexpr int kMaxQueryGroup = 64;      // query heads per KV head the plan takes (ceil(group / 8) head tiles)
+constexpr int kMaxQueryGroup = 64;      // query heads per KV head the plan takes (several CTAs per KV head)
 constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k-steps (each thread: 32 of them)
 // v16: head_dim 64 has one K block of 64 dims (4 k-steps of 16); 128 / 256 keep kBlockDims (their code is unchanged).
 template <int kHeadDim>
@@ -94,6 +94,27 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_MERGE_ROW_WARPS_MANY
 #define MINIMAKV_MERGE_ROW_WARPS_MANY 4
 #endif
+// - MINIMAKV_TWO_HEAD_TILES (v17): 1 = FP8 / TQ3 CTAs at d = 64 / 128 take up to 16 query heads (two MMA head tiles
+//   sharing one K / V read and expansion); 0 = tiles of 8 heads as in v16 (each CTA reads the pages again). A / B lever.
+// - MINIMAKV_TQ3_TWO_TILE_CTAS_D128 / _D64, MINIMAKV_FP8_TWO_TILE_CTAS (v17): CTAs per SM of the two-tile kernel for
+//   __launch_bounds__. Occupancy levers, numbers only (registers without spills: docs/cuda-notes.md v17; TQ3 d = 128 at
+//   3 CTAs, 168 registers, spills 76 bytes in the loop, hence 2).
+#ifndef MINIMAKV_TWO_HEAD_TILES
+#define MINIMAKV_TWO_HEAD_TILES 1
+#endif
+#ifndef MINIMAKV_TQ3_TWO_TILE_CTAS_D128
+#define MINIMAKV_TQ3_TWO_TILE_CTAS_D128 2
+#endif
+#ifndef MINIMAKV_TQ3_TWO_TILE_CTAS_D64
+#define MINIMAKV_TQ3_TWO_TILE_CTAS_D64 3
+#endif
+#ifndef MINIMAKV_FP8_TWO_TILE_CTAS
+#define MINIMAKV_FP8_TWO_TILE_CTAS 3
+#endif
+constexpr bool kTwoHeadTiles = MINIMAKV_TWO_HEAD_TILES != 0;
+constexpr int kTq3TwoTileCtasD128 = MINIMAKV_TQ3_TWO_TILE_CTAS_D128;
+constexpr int kTq3TwoTileCtasD64 = MINIMAKV_TQ3_TWO_TILE_CTAS_D64;
+constexpr int kFp8TwoTileCtas = MINIMAKV_FP8_TWO_TILE_CTAS;
 constexpr int kTq3CtasD256 = MINIMAKV_TQ3_CTAS_D256;
 constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
@@ -342,7 +363,9 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
 // Row strides are padded so that the fragment reads are free of bank conflicts: K rows are read 64 contiguous
 // bytes per row by a quarter warp (two rows: stride = 64 mod 128), V rows 32 bytes by four rows two apart
 // (stride = 16 mod 64). TQ3 rows (96 / 48 bytes) are left unpadded (few, 4-byte reads).
-template <KvFormat kFormat, int kHeadDim>
+// kHeadTiles (v17): 8-head MMA tiles per CTA (1, or 2 for the transposed kernel's one-read groups of 9-16): the query
+// fragments and the combine rows double; 1 gives the v16 layout exactly.
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 struct TileLayout {
   static constexpr int kTile = kCudaKeyTileTokens;
   // 16-key row blocks per staged tile (TQ3 pairs, v11: 2, rows of block h at h * kTile; other formats 1).
@@ -367,8 +390,8 @@ struct TileLayout {
                                  : kHeadDim == 256        ? kTq3PairStagesD256
                                                           : kTq3PairStagesD128;
   static constexpr int kWarpStagesBytes = kStages * kStageBytes;
-  static constexpr int kQFragBytes = (kHeadDim / 16) * kWarpSize * 16;
-  static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * (CombineRowWords<kHeadDim>() + 2) * 4;
+  static constexpr int kQFragBytes = kHeadTiles * (kHeadDim / 16) * kWarpSize * 16;
+  static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * kHeadTiles * (CombineRowWords<kHeadDim>() + 2) * 4;
   static constexpr int kStagesBytes = kDecodeWarps * kWarpStagesBytes;
   static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
@@ -376,8 +399,13 @@ struct TileLayout {
   // d = 128 (kTq3CtasD128 for TQ3).
   static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
   // (v7 ran TQ3 d = 128 at 6 CTAs with 80 registers; the pipelined v8 kernel needs ~115, so 4.)
+  // v17: two head tiles double the output accumulators (and the score / softmax state): kTwoTileCtas* (d <= 128).
   static constexpr int kCtaCap =
-      kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? kTq3CtasD256 : 2) : (kFormat == KvFormat::kTq3 ? kTq3CtasD128 : 4);
+      kHeadTiles == 2 ? (kFormat != KvFormat::kTq3 ? kFp8TwoTileCtas
+                         : kHeadDim == 128         ? kTq3TwoTileCtasD128
+                                                   : kTq3TwoTileCtasD64)
+      : kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? kTq3CtasD256 : 2)
+                        : (kFormat == KvFormat::kTq3 ? kTq3CtasD128 : 4);
   static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
 };
 
@@ -443,22 +471,23 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // The CTA's 4 warp states (staged in shared memory: out [warps][kMaxGroup] rows of kRowWords (dim d at
 // d + d / 32 with kPadded, else d), running max and sum [warps][kMaxGroup]) merged into one partial state per query
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
-template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false>
+// kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
+template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
   for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kMaxGroup + h]);
+    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kWarpRows + h]);
     float weight[kDecodeWarps];
     float lse = -INFINITY;
     if (max_all != -INFINITY) {
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        weight[w] = exp2f(warp_max[w * kMaxGroup + h] - max_all);
-        sum += warp_sum[w * kMaxGroup + h] * weight[w];
+        weight[w] = exp2f(warp_max[w * kWarpRows + h] - max_all);
+        sum += warp_sum[w * kWarpRows + h] * weight[w];
       }
       const float inv_sum = 1.0f / sum;
 #pragma unroll
@@ -472,7 +501,7 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
       float out = 0.0f;
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        out += warp_out[(w * kMaxGroup + h) * kRowWords + dim + (kPadded ? dim / 32 : 0)] * weight[w];
+        out += warp_out[(w * kWarpRows + h) * kRowWords + dim + (kPadded ? dim / 32 : 0)] * weight[w];
       }
       p.part_out[(state_base + h) * kHeadDim + dim] = out;
     }
@@ -482,15 +511,17 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
 
 // Query fragments (scaled into base 2, split hi + lo), built once per CTA in shared memory for the 4 warps:
 // q_frag[k-step][lane] = {hi (k 2t, 2t + 1), hi (k 2t + 8, 2t + 9), lo ..., lo ...} of head g = lane / 4, the
-// reduction index k permuted by KDim (the key layout).
-template <KvFormat kFormat, int kHeadDim>
+// reduction index k permuted by KDim (the key layout). v17: kHeadTiles 8-head tiles, q_frag[tile][k-step][lane]
+// (tile 1 = the CTA's query rows 8-15).
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                            uint4* q_frag) {
   constexpr int kMTiles = kHeadDim / 16;
-  for (int e = threadIdx.x; e < kMTiles * kWarpSize; e += kDecodeThreads) {
-    const int kstep = e / kWarpSize;
+  for (int e = threadIdx.x; e < kHeadTiles * kMTiles * kWarpSize; e += kDecodeThreads) {
+    const int tile = kHeadTiles == 1 ? 0 : e / (kMTiles * kWarpSize);
+    const int kstep = e / kWarpSize - tile * kMTiles;
     const int ln = e % kWarpSize;
-    const int row = ln >> 2;
+    const int row = kMaxGroup * tile + (ln >> 2);
     const int tt = ln & 3;
     const int block = kstep / 8;
     const int jj = kstep % 8;
@@ -889,7 +920,8 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
 // 4 block + r, where byte e of b0 (b1) is dim 128 block + 32 t + 8 r + e (+ 4): the order in which selector word r
 // of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
 // coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
-template <int kHeadDim>
+// v17: kHeadTiles 8-head tiles: rows 8 tile + g, fragments [tile][k-step][lane] (q_frag0 likewise).
+template <int kHeadDim, int kHeadTiles = 1>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
   const int lane = threadIdx.x % kWarpSize;
@@ -899,7 +931,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   };
   // Row r of the group, rotated, at q_rows + r kHeadDim.
   auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
-  for (int row = warp; row < kMaxGroup; row += kDecodeWarps) {
+  for (int row = warp; row < kMaxGroup * kHeadTiles; row += kDecodeWarps) {
     float amax = 0.0f;
     if (row < heads.rows) {
       // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
@@ -929,10 +961,11 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   }
   __syncthreads();
   constexpr int kSteps = kHeadDim / 32;
-  for (int e = threadIdx.x; e < kSteps * kWarpSize; e += kDecodeThreads) {
-    const int kstep = e / kWarpSize;
+  for (int e = threadIdx.x; e < kHeadTiles * kSteps * kWarpSize; e += kDecodeThreads) {
+    const int tile = kHeadTiles == 1 ? 0 : e / (kSteps * kWarpSize);
+    const int kstep = e / kWarpSize - tile * kSteps;
     const int ln = e % kWarpSize;
-    const int row = ln >> 2;
+    const int row = kMaxGroup * tile + (ln >> 2);
     const int tt = ln & 3;
     const int block = kstep / 4;
     const int r = kstep % 4;
@@ -1006,11 +1039,23 @@ __device__ inline void CopyRunLane(uint32_t dst_lane, const uint8_t* src_lane) {
   }
 }
 
-// Value phase of one TQ3 tile: O^T[dims][heads] += V^T[dims][16 keys] * P^T (pb0, pb1: fp16 P^T fragments of keys
-// (2t, 2t + 1) and (8 + 2t, 9 + 2t)); v_stage = the tile's staged V codes, valid = its number of valid keys.
-template <KvFormat kFormat, int kHeadDim>
+// Value phase of one TQ3 / FP8 tile: O^T[dims][heads] += V^T[dims][16 keys] * P^T (pb: fp16 P^T fragments b0 / b1 of
+// keys (2t, 2t + 1) / (8 + 2t, 9 + 2t) per head tile); v_stage = the tile's staged V codes, valid = its valid keys.
+// v17: P^T fragments of the head tiles (b0, b1 of tile 0; b0_t1, b1_t1 of tile 1, unused with one tile). Scalars,
+// not arrays: with one tile the PTX stays exactly v16's.
+struct TilePFrags {
+  uint32_t b0, b1, b0_t1, b1_t1;
+};
+// kHeadTiles 8-head tiles share the expanded values (the A operands): one MMA per tile against its own P^T.
+template <int kHeadTiles, int kMTiles>
+__device__ inline void MmaHeadTiles(float (&o_acc)[kHeadTiles][kMTiles][4], int m, uint32_t a0, uint32_t a1,
+                                    uint32_t a2, uint32_t a3, const TilePFrags& pb) {
+  MmaF16(o_acc[0][m], a0, a1, a2, a3, pb.b0, pb.b1);
+  if constexpr (kHeadTiles == 2) MmaF16(o_acc[1][m], a0, a1, a2, a3, pb.b0_t1, pb.b1_t1);
+}
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles>
 __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, int g, int t, const Tq3Tables& tab,
-                                           uint32_t pb0, uint32_t pb1, float (&o_acc)[kHeadDim / 16][4]) {
+                                           const TilePFrags pb, float (&o_acc)[kHeadTiles][kHeadDim / 16][4]) {
   using L = TileLayout<kFormat, kHeadDim>;
   if constexpr (kFormat != KvFormat::kTq3) {
     // FP8: the code bytes of two keys are interleaved first (prmt), so each hardware conversion yields a key pair
@@ -1031,8 +1076,8 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
         E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x7362u), ab2, ab3);
         E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x5140u), cd0, cd1);
         E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x7362u), cd2, cd3);
-        MmaF16(o_acc[2 * j], ab0, ab1, cd0, cd1, pb0, pb1);
-        MmaF16(o_acc[2 * j + 1], ab2, ab3, cd2, cd3, pb0, pb1);
+        MmaHeadTiles(o_acc, 2 * j, ab0, ab1, cd0, cd1, pb);
+        MmaHeadTiles(o_acc, 2 * j + 1, ab2, ab3, cd2, cd3, pb);
       }
     } else {
 #pragma unroll
@@ -1049,8 +1094,8 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
           E4m3x4ToF16x2x2(Prmt(wa[0][j], wa[1][j], 0x7362u), ab2, ab3);
           E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x5140u), cd0, cd1);
           E4m3x4ToF16x2x2(Prmt(wa[2][j], wa[3][j], 0x7362u), cd2, cd3);
-          MmaF16(o_acc[8 * i + 2 * j], ab0, ab1, cd0, cd1, pb0, pb1);
-          MmaF16(o_acc[8 * i + 2 * j + 1], ab2, ab3, cd2, cd3, pb0, pb1);
+          MmaHeadTiles(o_acc, 8 * i + 2 * j, ab0, ab1, cd0, cd1, pb);
+          MmaHeadTiles(o_acc, 8 * i + 2 * j + 1, ab2, ab3, cd2, cd3, pb);
         }
       }
     }
@@ -1088,7 +1133,7 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
       uint32_t ve[2], vo[2];  // [0]: key pair (2t, 2t + 1), [1]: (8 + 2t, 9 + 2t)
       Tq3Lookup4(even[r], tab, ve[0], ve[1]);
       Tq3Lookup4(odd[r], tab, vo[0], vo[1]);
-      MmaF16(o_acc[r], ve[0], vo[0], ve[1], vo[1], pb0, pb1);
+      MmaHeadTiles(o_acc, r, ve[0], vo[0], ve[1], vo[1], pb);
     }
     return;
   }
@@ -1128,7 +1173,7 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
       Tq3Lookup4(even[r] >> 16, tab, ve23[0], ve23[1]);
       Tq3Lookup4(odd[r] >> 16, tab, vo23[0], vo23[1]);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) MmaF16(o_acc[2 * r + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+      for (int h = 0; h < 2; ++h) MmaHeadTiles(o_acc, 2 * r + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
     }
     return;
   }
@@ -1146,16 +1191,20 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
       Tq3Lookup4(odd23[r] >> 16 * j, tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // m-tile 4 r + 2 j + h: coordinates 8 r + 4 j + 2 h (row g), + 1 (row g + 8)
-        MmaF16(o_acc[4 * r + 2 * j + h], ve01[h], vo01[h], ve23[h], vo23[h], pb0, pb1);
+        MmaHeadTiles(o_acc, 4 * r + 2 * j + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
       }
     }
   }
 }
 
-template <KvFormat kFormat, int kHeadDim>
-__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
+// kHeadTiles (v17): 8-head MMA tiles of the CTA's query rows (1, or 2 for query groups of 9-16 read once): the key /
+// value expansion (the A operands) is shared, the score and value MMAs run once per tile against its B operand (query
+// fragments, P^T), with per-tile accumulators, softmax state and combine rows. kHeadTiles = 1 is the v16 kernel.
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles>
+__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim, kHeadTiles>::kCtasPerSm))
     DecodePartialTransposedKernel(DecodeParams p) {
-  using L = TileLayout<kFormat, kHeadDim>;
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
+  constexpr int kRows = kMaxGroup * kHeadTiles;  // query rows of the CTA (rows >= heads.rows are zero queries)
   // TQ3 software pipelining (v8): the value phase of a warp's previous unit runs after the score phase of its current
   // unit (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
   constexpr bool kPipeline = kFormat == KvFormat::kTq3;
@@ -1167,11 +1216,13 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr int kChains = 2;  // FP8 score accumulators: query hi, lo
   constexpr int kSub = L::kSubTiles;
   extern __shared__ __align__(16) uint8_t smem[];
-  uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
+  uint4* q_frag = reinterpret_cast<uint4*>(smem);  // [tile][k-step][lane]: {hi b0, hi b1, lo b0, lo b1}
   uint8_t* stages_base = smem + L::kQFragBytes;
   // kImma: {q2, q1} digit fragments in q_frag's first half (k-steps of 32 dims), {q0} in the rest.
-  uint2* q_frag0 = reinterpret_cast<uint2*>(q_frag + (kHeadDim / 32) * kWarpSize);
-  static_assert((kHeadDim / 32) * kWarpSize * 24 <= L::kQFragBytes, "digit fragments fit the fp16 fragment area");
+  constexpr int kDigitSteps = kHeadDim / 32;  // TQ3 score k-steps per head tile
+  uint2* q_frag0 = reinterpret_cast<uint2*>(q_frag + kHeadTiles * kDigitSteps * kWarpSize);
+  static_assert(kHeadTiles * kDigitSteps * kWarpSize * 24 <= L::kQFragBytes,
+                "digit fragments fit the fp16 fragment area");
 
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -1189,8 +1240,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   constexpr bool kImma = kFormat == KvFormat::kTq3;  // TQ3 scores on the integer tensor cores (v9)
   constexpr bool kLazyMax = kFormat == KvFormat::kTq3;  // v9: softmax without reductions while scores stay near the max
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
-  __shared__ float q_amax[kMaxGroup];
-  __shared__ float q_rows[kImma ? kMaxGroup * kHeadDim : 1];  // the group's rotated query rows
+  __shared__ float q_amax[kRows];
+  __shared__ float q_rows[kImma ? kRows * kHeadDim : 1];  // the CTA's rotated query rows
   if (kImma && threadIdx.x < kWarpSize) shared_digits[threadIdx.x] = MakeTq3DigitTables();
 
   const int page_tokens = p.layout.page_tokens;
@@ -1315,30 +1366,43 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
-    BuildTq3DigitFragments<kHeadDim>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
+    BuildTq3DigitFragments<kHeadDim, kHeadTiles>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
   } else {
-    BuildQueryFragments<kFormat, kHeadDim>(p, item, heads, q_frag);
+    BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
   }
   __syncthreads();
   const Tq3Tables tab = shared_tables[lane];
   const Tq3DigitTables digits = shared_digits[kImma ? lane : 0];
   // Integer scores -> base-2 logits before the key scale: heads 2t, 2t + 1 (rows >= group hold zero queries).
-  float score_unit[2] = {0.0f, 0.0f};
+  // Per head tile ht: heads 8 ht + 2t, 8 ht + 2t + 1 of the CTA's rows. (Here and in the TQ3 score MMAs, the
+  // lazy softmax step, the O rescale and the pipelined P^T, tile 1's code sits in `if constexpr` next to tile 0's
+  // instead of in a loop over tiles: a loop of one trip, even unrolled, renumbered / reordered registers in the
+  // TQ3 kernels' PTX; this way kHeadTiles = 1 compiles to exactly the v16 PTX, docs/cuda-notes.md v17.)
+  float score_unit[kHeadTiles][2] = {{0.0f, 0.0f}};
   if constexpr (kImma) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      score_unit[hh] = q_amax[2 * t + hh] * (1.0f / float(kTq3QueryFixedMax)) *
-                       kTq3InvUnitsPerMagnitude;  // 1 / alpha folded in (units = alpha * magnitudes, tq3_codec.h)
+      score_unit[0][hh] = q_amax[2 * t + hh] * (1.0f / float(kTq3QueryFixedMax)) *
+                          kTq3InvUnitsPerMagnitude;  // 1 / alpha folded in (units = alpha * magnitudes, tq3_codec.h)
+      if constexpr (kHeadTiles == 2) {
+        score_unit[1][hh] = q_amax[kMaxGroup + 2 * t + hh] * (1.0f / float(kTq3QueryFixedMax)) *
+                            kTq3InvUnitsPerMagnitude;
+      }
     }
   }
 
-  float row_max[2] = {-INFINITY, -INFINITY};  // heads 2t, 2t + 1, uniform over g
-  float row_sum[2] = {0.0f, 0.0f};            // heads 2t, 2t + 1, this thread's keys (reduced over g at the end)
+  // heads 2t, 2t + 1 of each tile: running max (uniform over g), sum of this thread's keys (reduced over g at the end)
+  float row_max[kHeadTiles][2] = {{-INFINITY, -INFINITY}};
+  if constexpr (kHeadTiles == 2) row_max[1][0] = row_max[1][1] = -INFINITY;
+  float row_sum[kHeadTiles][2] = {{0.0f, 0.0f}};
   float v_unit = 0.0f;  // o_acc holds O / v_unit (keeps the folded V scales in fp16 range)
   float inv_v_unit = 0.0f;
-  float o_acc[kMTiles][4];
+  float o_acc[kHeadTiles][kMTiles][4];
 #pragma unroll
-  for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
+  for (int ht = 0; ht < kHeadTiles; ++ht) {
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) o_acc[ht][m][0] = o_acc[ht][m][1] = o_acc[ht][m][2] = o_acc[ht][m][3] = 0.0f;
+  }
 
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
   // Regular units: the page index of a warp's next unit advances by a constant (kSub * kDecodeWarps / tiles_per_page
@@ -1373,12 +1437,22 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   int prev_valid[kSub];
   uint32_t prev_pb0[kSub];
   uint32_t prev_pb1[kSub];
+  uint32_t prev_pb0_t1[kSub];  // head tile 1 (kHeadTiles = 2)
+  uint32_t prev_pb1_t1[kSub];
 #pragma unroll
   for (int sub = 0; sub < kSub; ++sub) {
     prev_valid[sub] = 1;
     prev_pb0[sub] = 0u;
     prev_pb1[sub] = 0u;
+    if constexpr (kHeadTiles == 2) prev_pb0_t1[sub] = prev_pb1_t1[sub] = 0u;
   }
+  auto prev_frags = [&](int sub) {
+    if constexpr (kHeadTiles == 2) {
+      return TilePFrags{prev_pb0[sub], prev_pb1[sub], prev_pb0_t1[sub], prev_pb1_t1[sub]};
+    } else {
+      return TilePFrags{prev_pb0[sub], prev_pb1[sub], 0u, 0u};
+    }
+  };
   for (int unit = warp; unit < num_units; unit += kDecodeWarps) {
     if constexpr (!kPipeline) issue_next();
     // Pipelined: units up to this one + kStages - 2 are committed (the last copy was issued at the end of the
@@ -1390,8 +1464,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     const uint8_t* v_stage = v_rows_of(cur_stage);
     read_stage = read_stage + 1 == L::kStages ? 0 : read_stage + 1;
 
-    // sc[sub][kk][hh]: key (kk ? 8 + g : g) of row block sub, head 2t + hh.
-    float sc[kSub][2][2];
+    // sc[ht][sub][kk][hh]: key (kk ? 8 + g : g) of row block sub, head 8 ht + 2t + hh.
+    float sc[kHeadTiles][kSub][2][2];
     bool key_valid[kSub][2];
     float v_scale[kSub][2];
     int valid[kSub];
@@ -1405,12 +1479,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       const uint8_t* block_stage = k_stage + sub * kTile * L::kKStride;  // row block sub's K rows
 
       // ---- scores S^T: rows = keys g (a) and 8 + g (b), masked keys read the last valid one; columns = heads.
-      float acc[kChains][4];
+      float acc[kHeadTiles][kChains][4];
 #pragma unroll
-      for (int c = 0; c < kChains; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
-      int iacc[3][4];  // integer scores (kImma): S2, S1, S0
+      for (int c = 0; c < kChains; ++c) {
+        acc[0][c][0] = acc[0][c][1] = acc[0][c][2] = acc[0][c][3] = 0.0f;
+        if constexpr (kHeadTiles == 2) acc[1][c][0] = acc[1][c][1] = acc[1][c][2] = acc[1][c][3] = 0.0f;
+      }
+      int iacc[kHeadTiles][3][4];  // integer scores (kImma): S2, S1, S0
 #pragma unroll
-      for (int c = 0; c < 3; ++c) iacc[c][0] = iacc[c][1] = iacc[c][2] = iacc[c][3] = 0;
+      for (int c = 0; c < 3; ++c) {
+        iacc[0][c][0] = iacc[0][c][1] = iacc[0][c][2] = iacc[0][c][3] = 0;
+        if constexpr (kHeadTiles == 2) iacc[1][c][0] = iacc[1][c][1] = iacc[1][c][2] = iacc[1][c][3] = 0;
+      }
       // Rows of masked keys: FP8 reads the last valid one (a staged unused slot may hold NaN codes); TQ3 reads the
       // staged row itself (any code decodes to a finite value; its score is masked and its V scale zeroed below;
       // a pair's second block past the item's end holds stale or never-written codes, equally finite).
@@ -1435,13 +1515,24 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         for (int r = 0; r < 2; ++r) {
           const uint4 qf = q_frag[r * kWarpSize + lane];    // q2, q1
           const uint2 qf0 = q_frag0[r * kWarpSize + lane];  // q0
+          uint4 qf_t1;  // head tile 1 (kHeadTiles = 2)
+          uint2 qf0_t1;
+          if constexpr (kHeadTiles == 2) {
+            qf_t1 = q_frag[(kDigitSteps + r) * kWarpSize + lane];
+            qf0_t1 = q_frag0[(kDigitSteps + r) * kWarpSize + lane];
+          }
           const uint32_t k0 = Prmt(digits.pos, digits.neg, sel_a[r]);
           const uint32_t k1 = Prmt(digits.pos, digits.neg, sel_b[r]);
           const uint32_t k2 = Prmt(digits.pos, digits.neg, sel_a[r] >> 16);
           const uint32_t k3 = Prmt(digits.pos, digits.neg, sel_b[r] >> 16);
-          MmaS8(iacc[0], k0, k1, k2, k3, qf.x, qf.y);
-          MmaS8(iacc[1], k0, k1, k2, k3, qf.z, qf.w);
-          MmaS8(iacc[2], k0, k1, k2, k3, qf0.x, qf0.y);
+          MmaS8(iacc[0][0], k0, k1, k2, k3, qf.x, qf.y);
+          MmaS8(iacc[0][1], k0, k1, k2, k3, qf.z, qf.w);
+          MmaS8(iacc[0][2], k0, k1, k2, k3, qf0.x, qf0.y);
+          if constexpr (kHeadTiles == 2) {
+            MmaS8(iacc[1][0], k0, k1, k2, k3, qf_t1.x, qf_t1.y);
+            MmaS8(iacc[1][1], k0, k1, k2, k3, qf_t1.z, qf_t1.w);
+            MmaS8(iacc[1][2], k0, k1, k2, k3, qf0_t1.x, qf0_t1.y);
+          }
         }
       } else if constexpr (kImma) {
         const uint8_t* codes_a = row_a + t * 12;
@@ -1460,13 +1551,24 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
             const uint32_t nb_up = nb >> 16;
             const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
             const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
+            uint4 qf_t1;  // head tile 1 (kHeadTiles = 2)
+            uint2 qf0_t1;
+            if constexpr (kHeadTiles == 2) {
+              qf_t1 = q_frag[(kDigitSteps + block * 4 + r) * kWarpSize + lane];
+              qf0_t1 = q_frag0[(kDigitSteps + block * 4 + r) * kWarpSize + lane];
+            }
             const uint32_t k0 = Prmt(digits.pos, digits.neg, na);  // signed int8 units of 4 codes
             const uint32_t k1 = Prmt(digits.pos, digits.neg, nb);
             const uint32_t k2 = Prmt(digits.pos, digits.neg, na_up);
             const uint32_t k3 = Prmt(digits.pos, digits.neg, nb_up);
-            MmaS8(iacc[0], k0, k1, k2, k3, qf.x, qf.y);    // unit x q2
-            MmaS8(iacc[1], k0, k1, k2, k3, qf.z, qf.w);    // unit x q1
-            MmaS8(iacc[2], k0, k1, k2, k3, qf0.x, qf0.y);  // unit x q0
+            MmaS8(iacc[0][0], k0, k1, k2, k3, qf.x, qf.y);    // unit x q2
+            MmaS8(iacc[0][1], k0, k1, k2, k3, qf.z, qf.w);    // unit x q1
+            MmaS8(iacc[0][2], k0, k1, k2, k3, qf0.x, qf0.y);  // unit x q0
+            if constexpr (kHeadTiles == 2) {  // the expanded keys serve the second head tile too
+              MmaS8(iacc[1][0], k0, k1, k2, k3, qf_t1.x, qf_t1.y);
+              MmaS8(iacc[1][1], k0, k1, k2, k3, qf_t1.z, qf_t1.w);
+              MmaS8(iacc[1][2], k0, k1, k2, k3, qf0_t1.x, qf0_t1.y);
+            }
           }
         }
       } else {  // FP8: one 128-dim block of both keys at a time (LoadExpandK's register order = the query's KDim)
@@ -1479,15 +1581,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
           for (int jj = 0; jj < kBlockSteps; ++jj) {
             const int kstep = block * 8 + jj;  // (block > 0 only with 8 k-steps per block)
-            const uint4 qf = q_frag[kstep * kWarpSize + lane];
-            MmaF16(acc[0], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
-            MmaF16(acc[1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
+#pragma unroll
+            for (int ht = 0; ht < kHeadTiles; ++ht) {
+              const uint4 qf = q_frag[(ht * kMTiles + kstep) * kWarpSize + lane];
+              MmaF16(acc[ht][0], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.x, qf.y);
+              MmaF16(acc[ht][1], ka[2 * jj], kb[2 * jj], ka[2 * jj + 1], kb[2 * jj + 1], qf.z, qf.w);
+            }
           }
         }
       }
       if constexpr (kPipeline) {  // the previous unit's values of block sub (independent of this unit's scores)
-        TransposedValueTile<kFormat, kHeadDim>(v_rows_of(prev_stage) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
-                                               tab, prev_pb0[sub], prev_pb1[sub], o_acc);
+        TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
+                                                           prev_valid[sub], g, t, tab, prev_frags(sub), o_acc);
       }
       // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
       key_valid[sub][0] = g < valid[sub];
@@ -1512,26 +1617,32 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         // int32; S2 (< 2^22) converts exactly, the sum rounds once in fp32 (one fma: 2^16 S2 is exact). v12: times
         // one per-(key, head) product score_unit * k_scale.
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int kk = i >> 1;
-          const int hh = i & 1;
-          const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
-          const float sum = __fmaf_rn(float(iacc[0][i]), float(kTq3DigitBase * kTq3DigitBase), float(low));
-          sc[sub][kk][hh] = key_valid[sub][kk] ? sum * (score_unit[hh] * k_scale[kk]) : -INFINITY;
+        for (int ht = 0; ht < kHeadTiles; ++ht) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int kk = i >> 1;
+            const int hh = i & 1;
+            const int low = iacc[ht][1][i] * kTq3DigitBase + iacc[ht][2][i];
+            const float sum = __fmaf_rn(float(iacc[ht][0][i]), float(kTq3DigitBase * kTq3DigitBase), float(low));
+            sc[ht][sub][kk][hh] = key_valid[sub][kk] ? sum * (score_unit[ht][hh] * k_scale[kk]) : -INFINITY;
+          }
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int kk = i >> 1;
-          const int hh = i & 1;
-          float sum = 0.0f;
+        for (int ht = 0; ht < kHeadTiles; ++ht) {
 #pragma unroll
-          for (int c = 0; c < kChains; ++c) sum += acc[c][i];
-          sc[sub][kk][hh] = key_valid[sub][kk] ? sum * k_scale[kk] : -INFINITY;
+          for (int i = 0; i < 4; ++i) {
+            const int kk = i >> 1;
+            const int hh = i & 1;
+            float sum = 0.0f;
+#pragma unroll
+            for (int c = 0; c < kChains; ++c) sum += acc[ht][c][i];
+            sc[ht][sub][kk][hh] = key_valid[sub][kk] ? sum * k_scale[kk] : -INFINITY;
+          }
         }
       }
     }
-    float prob[kSub][2][2];
+    float prob[kHeadTiles][kSub][2][2];
     // Lazy update (kLazyMax, TQ3): while no score of the unit lies more than kLazyMaxMargin above the running max
     // of its head and no V scale exceeds the largest one seen (v_unit * kProbScale), the unit is taken against the
     // current max and unit: no shuffle reductions, no exp2 of the max change, no rescale check. Probabilities are
@@ -1541,10 +1652,19 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if constexpr (kLazyMax) {
       const float v_max_seen = v_unit * kProbScale;  // exact: kProbScale is a power of two
       bool fits = true;
+      static_assert(kHeadTiles == 1 || kHeadTiles == 2, "one or two head tiles");
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        fits = fits && sc[sub][0][0] <= row_max[0] + kLazyMaxMargin && sc[sub][1][0] <= row_max[0] + kLazyMaxMargin &&
-               sc[sub][0][1] <= row_max[1] + kLazyMaxMargin && sc[sub][1][1] <= row_max[1] + kLazyMaxMargin &&
+        // (One expression, tile 1's terms constant-folded away for one tile: the v16 code for kHeadTiles = 1.)
+        constexpr int kLast = kHeadTiles - 1;
+        fits = fits && sc[0][sub][0][0] <= row_max[0][0] + kLazyMaxMargin &&
+               sc[0][sub][1][0] <= row_max[0][0] + kLazyMaxMargin &&
+               sc[0][sub][0][1] <= row_max[0][1] + kLazyMaxMargin &&
+               sc[0][sub][1][1] <= row_max[0][1] + kLazyMaxMargin &&
+               (kHeadTiles == 1 || (sc[kLast][sub][0][0] <= row_max[kLast][0] + kLazyMaxMargin &&
+                                    sc[kLast][sub][1][0] <= row_max[kLast][0] + kLazyMaxMargin &&
+                                    sc[kLast][sub][0][1] <= row_max[kLast][1] + kLazyMaxMargin &&
+                                    sc[kLast][sub][1][1] <= row_max[kLast][1] + kLazyMaxMargin)) &&
                v_scale[sub][0] <= v_max_seen && v_scale[sub][1] <= v_max_seen;
       }
       full_update = __any_sync(kFullWarpMask, !fits);
@@ -1554,34 +1674,44 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       for (int hh = 0; hh < 2; ++hh) {
 #pragma unroll
         for (int sub = 0; sub < kSub; ++sub) {
-          prob[sub][0][hh] = Exp2Approx(sc[sub][0][hh] - row_max[hh]);
-          prob[sub][1][hh] = Exp2Approx(sc[sub][1][hh] - row_max[hh]);
-          row_sum[hh] += prob[sub][0][hh] + prob[sub][1][hh];
+          prob[0][sub][0][hh] = Exp2Approx(sc[0][sub][0][hh] - row_max[0][hh]);
+          prob[0][sub][1][hh] = Exp2Approx(sc[0][sub][1][hh] - row_max[0][hh]);
+          row_sum[0][hh] += prob[0][sub][0][hh] + prob[0][sub][1][hh];
+          if constexpr (kHeadTiles == 2) {
+            prob[1][sub][0][hh] = Exp2Approx(sc[1][sub][0][hh] - row_max[1][hh]);
+            prob[1][sub][1][hh] = Exp2Approx(sc[1][sub][1][hh] - row_max[1][hh]);
+            row_sum[1][hh] += prob[1][sub][0][hh] + prob[1][sub][1][hh];
+          }
         }
       }
     } else {
-      float alpha[2];
+      float alpha[kHeadTiles][2];
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float tile_max = fmaxf(sc[0][0][hh], sc[0][1][hh]);
+      for (int ht = 0; ht < kHeadTiles; ++ht) {
 #pragma unroll
-        for (int sub = 1; sub < kSub; ++sub) tile_max = fmaxf(tile_max, fmaxf(sc[sub][0][hh], sc[sub][1][hh]));
+        for (int hh = 0; hh < 2; ++hh) {
+          float tile_max = fmaxf(sc[ht][0][0][hh], sc[ht][0][1][hh]);
 #pragma unroll
-        for (int offset = 4; offset < kWarpSize; offset *= 2) {  // over the 8 key-row groups
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
+          for (int sub = 1; sub < kSub; ++sub) {
+            tile_max = fmaxf(tile_max, fmaxf(sc[ht][sub][0][hh], sc[ht][sub][1][hh]));
+          }
+#pragma unroll
+          for (int offset = 4; offset < kWarpSize; offset *= 2) {  // over the 8 key-row groups
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
+          }
+          const float new_max = fmaxf(row_max[ht][hh], tile_max);  // finite: key 0 of a unit is always valid
+          alpha[ht][hh] = Exp2Approx(row_max[ht][hh] - new_max);
+          row_max[ht][hh] = new_max;
+#pragma unroll
+          for (int sub = 0; sub < kSub; ++sub) {
+            prob[ht][sub][0][hh] = Exp2Approx(sc[ht][sub][0][hh] - new_max);
+            prob[ht][sub][1][hh] = Exp2Approx(sc[ht][sub][1][hh] - new_max);
+          }
+          float unit_sum = prob[ht][0][0][hh] + prob[ht][0][1][hh];
+#pragma unroll
+          for (int sub = 1; sub < kSub; ++sub) unit_sum += prob[ht][sub][0][hh] + prob[ht][sub][1][hh];
+          row_sum[ht][hh] = row_sum[ht][hh] * alpha[ht][hh] + unit_sum;
         }
-        const float new_max = fmaxf(row_max[hh], tile_max);  // finite: key 0 of a unit is always valid
-        alpha[hh] = Exp2Approx(row_max[hh] - new_max);
-        row_max[hh] = new_max;
-#pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          prob[sub][0][hh] = Exp2Approx(sc[sub][0][hh] - new_max);
-          prob[sub][1][hh] = Exp2Approx(sc[sub][1][hh] - new_max);
-        }
-        float unit_sum = prob[0][0][hh] + prob[0][1][hh];
-#pragma unroll
-        for (int sub = 1; sub < kSub; ++sub) unit_sum += prob[sub][0][hh] + prob[sub][1][hh];
-        row_sum[hh] = row_sum[hh] * alpha[hh] + unit_sum;
       }
       // v_unit only grows (to the largest V scale seen / 2^14), so the O rescale below is rarely needed.
       float ratio = 1.0f;
@@ -1600,35 +1730,52 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
           inv_v_unit = kProbScale / v_max;
         }
       }
-      // Rescale O columns (heads 2t, 2t + 1); the previous unit's values (pipelined) are already in o_acc.
-      const float f0 = alpha[0] * ratio;
-      const float f1 = alpha[1] * ratio;
-      if (__any_sync(kFullWarpMask, f0 != 1.0f || f1 != 1.0f)) {  // warp-uniform: skipped once max and unit settle
+      // Rescale O columns (heads 2t, 2t + 1 of each tile); the previous unit's values (pipelined) are in o_acc.
+      // (Tile 0's factors as named scalars and one condition per tile count: the v16 code for kHeadTiles = 1.)
+      const float f0 = alpha[0][0] * ratio;
+      const float f1 = alpha[0][1] * ratio;
+      float f[kHeadTiles][2] = {{f0, f1}};
+      bool rescale;
+      if constexpr (kHeadTiles == 1) {
+        rescale = f0 != 1.0f || f1 != 1.0f;
+      } else {
+        f[1][0] = alpha[1][0] * ratio;
+        f[1][1] = alpha[1][1] * ratio;
+        rescale = f0 != 1.0f || f1 != 1.0f || f[1][0] != 1.0f || f[1][1] != 1.0f;
+      }
+      if (__any_sync(kFullWarpMask, rescale)) {  // warp-uniform: skipped once max and unit settle
 #pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          o_acc[m][0] *= f0;
-          o_acc[m][1] *= f1;
-          o_acc[m][2] *= f0;
-          o_acc[m][3] *= f1;
+        for (int ht = 0; ht < kHeadTiles; ++ht) {
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {
+            o_acc[ht][m][0] *= f[ht][0];
+            o_acc[ht][m][1] *= f[ht][1];
+            o_acc[ht][m][2] *= f[ht][0];
+            o_acc[ht][m][3] *= f[ht][1];
+          }
         }
       }
     }
     // P^T fragments of the value MMA: b0 = keys (2t, 2t + 1), b1 = keys (8 + 2t, 9 + 2t) of head g, i.e. the
     // transposes of the 8x8 blocks (keys g | 8 + g) x (heads 2t, 2t + 1) this thread holds (per row block).
-    uint32_t pb0[kSub];
-    uint32_t pb1[kSub];
+    uint32_t pb0[kSub][kHeadTiles];
+    uint32_t pb1[kSub][kHeadTiles];
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
-      pb0[sub] = TransposeB16x8x8(PackHalf2(prob[sub][0][0] * (v_scale[sub][0] * inv_v_unit),
-                                            prob[sub][0][1] * (v_scale[sub][0] * inv_v_unit)));
-      pb1[sub] = TransposeB16x8x8(PackHalf2(prob[sub][1][0] * (v_scale[sub][1] * inv_v_unit),
-                                            prob[sub][1][1] * (v_scale[sub][1] * inv_v_unit)));
+#pragma unroll
+      for (int ht = 0; ht < kHeadTiles; ++ht) {
+        pb0[sub][ht] = TransposeB16x8x8(PackHalf2(prob[ht][sub][0][0] * (v_scale[sub][0] * inv_v_unit),
+                                                  prob[ht][sub][0][1] * (v_scale[sub][0] * inv_v_unit)));
+        pb1[sub][ht] = TransposeB16x8x8(PackHalf2(prob[ht][sub][1][0] * (v_scale[sub][1] * inv_v_unit),
+                                                  prob[ht][sub][1][1] * (v_scale[sub][1] * inv_v_unit)));
+      }
     }
     if constexpr (!kPipeline) {
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim>(v_stage + sub * kTile * L::kVStride, valid[sub], g, t, tab, pb0[sub],
-                                               pb1[sub], o_acc);
+        TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(
+            v_stage + sub * kTile * L::kVStride, valid[sub], g, t, tab,
+            TilePFrags{pb0[sub][0], pb1[sub][0], pb0[sub][kHeadTiles - 1], pb1[sub][kHeadTiles - 1]}, o_acc);
       }
       __syncwarp();  // this stage is refilled by a later iteration's copies
     } else {
@@ -1636,8 +1783,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
         prev_valid[sub] = valid[sub];
-        prev_pb0[sub] = pb0[sub];
-        prev_pb1[sub] = pb1[sub];
+        prev_pb0[sub] = pb0[sub][0];
+        prev_pb1[sub] = pb1[sub][0];
+        if constexpr (kHeadTiles == 2) {
+          prev_pb0_t1[sub] = pb0[sub][1];
+          prev_pb1_t1[sub] = pb1[sub][1];
+        }
       }
       __syncwarp();  // the previous unit's stage, read above, is refilled now
       issue_next();
@@ -1647,8 +1798,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     if (warp < num_units) {  // the last unit's values
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim>(v_rows_of(prev_stage) + sub * kTile * L::kVStride, prev_valid[sub], g, t,
-                                               tab, prev_pb0[sub], prev_pb1[sub], o_acc);
+        TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
+                                                           prev_valid[sub], g, t, tab, prev_frags(sub), o_acc);
       }
     }
   }
@@ -1657,34 +1808,41 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
   constexpr int kRowWords = CombineRowWords<kHeadDim>();
-  float* warp_out = reinterpret_cast<float*>(stages_base);            // [warps][kMaxGroup] rows of kRowWords
-  float* warp_max = warp_out + kDecodeWarps * kMaxGroup * kRowWords;  // [warps][kMaxGroup]
-  float* warp_sum = warp_max + kDecodeWarps * kMaxGroup;              // [warps][kMaxGroup]
+  float* warp_out = reinterpret_cast<float*>(stages_base);        // [warps][kRows] rows of kRowWords
+  float* warp_max = warp_out + kDecodeWarps * kRows * kRowWords;  // [warps][kRows]
+  float* warp_sum = warp_max + kDecodeWarps * kRows;              // [warps][kRows]
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
+  for (int ht = 0; ht < kHeadTiles; ++ht) {
 #pragma unroll
-    for (int offset = 4; offset < kWarpSize; offset *= 2) {
-      row_sum[hh] += __shfl_xor_sync(kFullWarpMask, row_sum[hh], offset);
-    }
-    if (g == 0) {
-      warp_max[warp * kMaxGroup + 2 * t + hh] = row_max[hh];
-      warp_sum[warp * kMaxGroup + 2 * t + hh] = row_sum[hh];
+    for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+      for (int offset = 4; offset < kWarpSize; offset *= 2) {
+        row_sum[ht][hh] += __shfl_xor_sync(kFullWarpMask, row_sum[ht][hh], offset);
+      }
+      if (g == 0) {
+        warp_max[warp * kRows + kMaxGroup * ht + 2 * t + hh] = row_max[ht][hh];
+        warp_sum[warp * kRows + kMaxGroup * ht + 2 * t + hh] = row_sum[ht][hh];
+      }
     }
   }
-  float* my_out = warp_out + warp * kMaxGroup * kRowWords;
+  float* my_out = warp_out + warp * kRows * kRowWords;
   const float out_unit = kImma ? v_unit * kTq3InvUnitsPerMagnitude : v_unit;  // TQ3 V scales were taken as stored
 #pragma unroll
-  for (int m = 0; m < kMTiles; ++m) {
-    const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
-    const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
-    my_out[CombineIndex<kHeadDim>(2 * t, dim0)] = o_acc[m][0] * out_unit;
-    my_out[CombineIndex<kHeadDim>(2 * t + 1, dim0)] = o_acc[m][1] * out_unit;
-    my_out[CombineIndex<kHeadDim>(2 * t, dim1)] = o_acc[m][2] * out_unit;
-    my_out[CombineIndex<kHeadDim>(2 * t + 1, dim1)] = o_acc[m][3] * out_unit;
+  for (int ht = 0; ht < kHeadTiles; ++ht) {
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+      const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
+      const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
+      const int head = kMaxGroup * ht + 2 * t;
+      my_out[CombineIndex<kHeadDim>(head, dim0)] = o_acc[ht][m][0] * out_unit;
+      my_out[CombineIndex<kHeadDim>(head + 1, dim0)] = o_acc[ht][m][1] * out_unit;
+      my_out[CombineIndex<kHeadDim>(head, dim1)] = o_acc[ht][m][2] * out_unit;
+      my_out[CombineIndex<kHeadDim>(head + 1, dim1)] = o_acc[ht][m][3] * out_unit;
+    }
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, true>(p, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2032,34 +2190,49 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
 // any run, so a graph capture of the run only sees launches).
+// v17: the most query heads one CTA of a format / head_dim takes (two 8-head MMA tiles sharing one K / V read, or
+// one). FP8 and TQ3 at d = 64 / 128 have the two-tile transposed kernel; d = 256 (its 64 output accumulators per
+// tile would not fit twice next to the TQ3 expansion's registers) and BF16 keep tiles of 8.
+constexpr bool HasTwoHeadTiles(KvFormat format, int head_dim) {
+  return kTwoHeadTiles && format != KvFormat::kBf16 && head_dim <= 128;
+}
+constexpr int MaxCtaHeads(KvFormat format, int head_dim) {
+  return HasTwoHeadTiles(format, head_dim) ? 2 * kMaxGroup : kMaxGroup;
+}
+
 // The partial kernel of a format: TQ3 and FP8 (v8) run the transposed kernel, BF16 DecodePartialKernel.
-template <KvFormat kFormat, int kHeadDim>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 constexpr auto PartialKernel() {
   if constexpr (kFormat != KvFormat::kBf16) {
-    return DecodePartialTransposedKernel<kFormat, kHeadDim>;
+    return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles>;
   } else {
+    static_assert(kHeadTiles == 1, "BF16: head tiles of 8");
     return DecodePartialKernel<kFormat, kHeadDim>;
   }
 }
 
-template <KvFormat kFormat, int kHeadDim>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 cudaError_t PreparePartial() {
   static const cudaError_t status =
-      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           TileLayout<kFormat, kHeadDim>::kSmemBytes);
+      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           TileLayout<kFormat, kHeadDim, kHeadTiles>::kSmemBytes);
   return status;
 }
 
 // Resident CTAs per SM of a partial kernel (the split fills whole waves of these).
-template <KvFormat kFormat, int kHeadDim>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 Status PartialOccupancy(int* ctas_per_sm) {
-  MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
-  return CudaError(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, PartialKernel<kFormat, kHeadDim>(),
-                                                                  kDecodeThreads,
-                                                                  TileLayout<kFormat, kHeadDim>::kSmemBytes),
-                   "occupancy query");
+  MINIMAKV_RETURN_IF_ERROR(
+      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
+  return CudaError(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, PartialKernel<kFormat, kHeadDim, kHeadTiles>(),
+                                                    kDecodeThreads,
+                                                    TileLayout<kFormat, kHeadDim, kHeadTiles>::kSmemBytes),
+      "occupancy query");
 }
-Status PartialOccupancyFor(KvFormat format, int head_dim, int* ctas_per_sm) {
+// cta_heads: query heads per CTA (> kMaxGroup: the two-tile kernel, HasTwoHeadTiles only).
+Status PartialOccupancyFor(KvFormat format, int head_dim, int cta_heads, int* ctas_per_sm) {
+  const bool two = cta_heads > kMaxGroup;
   if (head_dim == 256) {
     switch (format) {
       case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 256>(ctas_per_sm);
@@ -2069,14 +2242,22 @@ Status PartialOccupancyFor(KvFormat format, int head_dim, int* ctas_per_sm) {
   } else if (head_dim == 128) {
     switch (format) {
       case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 128>(ctas_per_sm);
-      case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 128>(ctas_per_sm);
-      case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 128>(ctas_per_sm);
+      case KvFormat::kFp8:
+        return two ? PartialOccupancy<KvFormat::kFp8, 128, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kFp8, 128>(ctas_per_sm);
+      case KvFormat::kTq3:
+        return two ? PartialOccupancy<KvFormat::kTq3, 128, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kTq3, 128>(ctas_per_sm);
     }
   } else {
     switch (format) {
       case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 64>(ctas_per_sm);
-      case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 64>(ctas_per_sm);
-      case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 64>(ctas_per_sm);
+      case KvFormat::kFp8:
+        return two ? PartialOccupancy<KvFormat::kFp8, 64, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kFp8, 64>(ctas_per_sm);
+      case KvFormat::kTq3:
+        return two ? PartialOccupancy<KvFormat::kTq3, 64, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kTq3, 64>(ctas_per_sm);
     }
   }
   return Status::Internal("unknown format");
@@ -2099,13 +2280,14 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-template <KvFormat kFormat, int kHeadDim>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
-  using L = TileLayout<kFormat, kHeadDim>;
-  MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim>(), "partial kernel smem attribute"));
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
+  MINIMAKV_RETURN_IF_ERROR(
+      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
   // grid y: every head tile of every KV head (CtaHeadTile).
   const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim>(), dim3(unsigned(items), head_ctas),
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), dim3(unsigned(items), head_ctas),
                                 dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
 }
@@ -2113,6 +2295,17 @@ Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaSt
 template <int kHeadDim>
 Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, int kv_heads, cudaStream_t stream,
                         bool programmatic) {
+  // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
+  const bool two = params.tile_heads > kMaxGroup;
+  if constexpr (kHeadDim <= 128) {
+    if (two && format == KvFormat::kFp8) {
+      return LaunchPartial<KvFormat::kFp8, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
+    }
+    if (two && format == KvFormat::kTq3) {
+      return LaunchPartial<KvFormat::kTq3, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
+    }
+  }
+  if (two) return Status::Internal("no two-head-tile kernel for this format / head_dim");
   switch (format) {
     case KvFormat::kBf16: return LaunchPartial<KvFormat::kBf16, kHeadDim>(params, items, kv_heads, stream, programmatic);
     case KvFormat::kFp8: return LaunchPartial<KvFormat::kFp8, kHeadDim>(params, items, kv_heads, stream, programmatic);
@@ -2153,9 +2346,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   CudaDecodePlan plan;
   plan.shape_ = shape;
   plan.num_views_ = num_views;
-  // v16: groups > 8 run as ceil(group / 8) head tiles of near-equal size (12 -> 6 + 6, 9 -> 5 + 4), each a CTA
-  // reading the KV head's pages once more (L2 absorbs part of it: the tiles are adjacent in the grid).
-  plan.head_tiles_ = (group + kMaxGroup - 1) / kMaxGroup;
   std::vector<std::vector<CudaWorkItem>> items(num_views);
   std::vector<std::vector<int32_t>> indptr(num_views);
   bool seen[kNumKvFormats] = {};
@@ -2175,6 +2365,13 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     plan.formats_[v] = view.format;
     plan.page_tokens_[v] = view.page_tokens;
+    // v16: a group larger than one CTA takes runs as ceil(group / max) CTAs of near-equal size (v16, 8 heads per
+    // CTA: 12 -> 6 + 6, 9 -> 5 + 4), each reading the KV head's pages once more (L2 absorbs part of it: the CTAs
+    // are adjacent in the grid). v17: FP8 / TQ3 at d <= 128 take up to 16 heads per CTA (two MMA head tiles, one read):
+    // groups 9-16 are one CTA, larger ones split by 16 (24 -> 12 + 12, 64 -> 4 x 16).
+    const int max_cta_heads = MaxCtaHeads(view.format, shape.head_dim);
+    plan.head_ctas_[v] = (group + max_cta_heads - 1) / max_cta_heads;
+    plan.cta_heads_[v] = (group + plan.head_ctas_[v] - 1) / plan.head_ctas_[v];
     if (view.page_indptr[0] != 0) return Status::InvalidArgument("view page_indptr[0] must be 0");
     for (int s = 0; s < shape.num_seqs; ++s) {
       const int pages = view.page_indptr[s + 1] - view.page_indptr[s];
@@ -2188,7 +2385,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     // minimizing the modeled step time, waves(chunk) * (chunk + per-CTA overhead), waves = ceil(CTAs / resident
     // slots): whole waves, no mostly-empty last wave (a 1.45-wave split costs 27% of the bandwidth).
     int ctas_per_sm = 0;
-    MINIMAKV_RETURN_IF_ERROR(PartialOccupancyFor(view.format, shape.head_dim, &ctas_per_sm));
+    MINIMAKV_RETURN_IF_ERROR(PartialOccupancyFor(view.format, shape.head_dim, plan.cta_heads_[v], &ctas_per_sm));
     const int64_t slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
     int64_t max_seq_pages = 1;
     for (int s = 0; s < shape.num_seqs; ++s) {
@@ -2204,7 +2401,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
         const int64_t pages = view.page_indptr[s + 1] - view.page_indptr[s];
         ctas += (pages + cp - 1) / cp;
       }
-      ctas *= int64_t(shape.kv_heads) * plan.head_tiles_;
+      ctas *= int64_t(shape.kv_heads) * plan.head_ctas_[v];
       const double cost = double((ctas + slots - 1) / slots) * (double(cp) + overhead_pages);
       if (cost < best_cost * 0.999) {  // prefer larger chunks (fewer items) on near-ties
         best_cost = cost;
@@ -2330,8 +2527,8 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.item_offset = plan.item_offset_[v];
     params.num_q_heads = shape.num_q_heads;
     params.group = group;
-    params.head_tiles = plan.head_tiles_;
-    params.tile_heads = (group + plan.head_tiles_ - 1) / plan.head_tiles_;
+    params.head_tiles = plan.head_ctas_[v];
+    params.tile_heads = plan.cta_heads_[v];
     params.q_scale = shape.sm_scale * kLog2e;
     if (shape.head_dim == 256) {
       MINIMAKV_RETURN_IF_ERROR(
