@@ -196,8 +196,9 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
   if (config.flush_caches && config.floor_sweep_bytes == 0) {
     return Status::InvalidArgument("floor_sweep_bytes must be > 0");
   }
-  // Compute peaks once per thread count (they do not move with the memory system). The read bandwidth: with
-  // flush_caches on, a sweep in every round (below); off, once here.
+  // Compute peaks once per thread count (machine_floors.h: they move less than the bandwidth, and the memory
+  // floor is the larger at the decode shapes). The read bandwidth: with flush_caches on, a sweep in every
+  // round (below); off, once here.
   std::map<int, MachineFloors> floors;
   const size_t run_level_read_bytes = config.flush_caches ? 0 : config.floor_buffer_bytes;
   for (int t : config.threads) {
@@ -208,10 +209,14 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
   // The per-round sweep. Its buffer is cold without a flush of its own: it is read once per round, after the
   // round's last path, and every round flushes the caches before each of its steps, so at least one flush
   // (a read of twice the LLC, FlushCpuCaches) lies between two sweeps, as between two steps of one path.
-  // Hence it need not exceed the LLC, and it is not a multiple of it: 256 MiB, i.e. 256 chunks of 1 MiB for
-  // the threads to share (a thread that starts late costs at most a chunk), costs ~13-25 ms at the 10-20
-  // GB/s this VM reads (one flush alone costs ~40-60 ms, and a round has one per path), and is of the order
-  // of the bytes the paths read at 32K (BF16 128 MiB at batch 1, 512 MiB at batch 4; TQ3 27 / 107 MiB).
+  // Hence it need not exceed the LLC (300 MiB, lscpu: the host socket's, shared with other tenants; 5 MiB per
+  // core), and the default is 256 MiB: 256 chunks of 1 MiB for the threads to share (a thread that starts
+  // late costs at most a chunk); 7-15 ms at the 18-36 GB/s this VM reads on 2 threads, against ~40 ms for
+  // each of the round's flushes (one per path), so a round takes ~1-5% longer (the whole 32K bench: 25 + 7
+  // rounds x ~9 ms of ~50 s); and a sweep lasts about as long as the steps it judges (3-28 ms at 32K), so
+  // both see the same transients. Measured 2026-11-30, 8 rounds of flush + sweep, 2 threads: median 36.0
+  // GB/s at 64 MiB, 36.7 at 256 MiB, 36.7 at 1 GiB (1 thread: 18.5 / 18.0 / 17.9), while 16 MiB read
+  // 29.6 with a minimum of 4.4: too short against a wake-up or a descheduled thread.
   std::unique_ptr<ReadSweep> sweep;
   if (config.flush_caches) MINIMAKV_RETURN_IF_ERROR(ReadSweep::Create(config.floor_sweep_bytes, &sweep));
   rows->clear();
