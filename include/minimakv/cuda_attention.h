@@ -11,10 +11,10 @@
 // REQUIRES: head_dim 64, 128 or 256 (64 since v16: one K block of 4 k-steps, not tuned); num_q_heads a multiple of
 // kv_heads with a GQA group (num_q_heads / kv_heads) of at most 64; page_tokens a multiple of 16 (the key tile); every
 // view of one plan shares kv_heads and head_dim.
-// Large groups (v16, v17): an MMA head tile holds 8 query heads. FP8 and TQ3 at head_dim 64 / 128 run up to two
-// tiles (16 heads) in one CTA that reads the K / V pages once and expands them once for both (v17); BF16 and
-// head_dim 256 take one tile (8 heads) per CTA. A KV head's group larger than that is split into head_ctas(v) CTAs of
-// near-equal size (v17 FP8 / TQ3 d <= 128: 24 -> 12 + 12, 64 -> 4 x 16; else 16 -> 8 + 8, 12 -> 6 + 6, 9 -> 5 + 4).
+// Large groups (v16, v17): an MMA head tile holds 8 query heads. BF16 (every head_dim) and FP8 / TQ3 at head_dim
+// 64 / 128 run up to two tiles (16 heads) in one CTA that reads the K / V pages once (and expands them once) for both
+// (v17); FP8 / TQ3 at head_dim 256 take one tile (8 heads) per CTA. A KV head's group larger than that is split into
+// head_ctas(v) CTAs of near-equal size (16 per CTA: 24 -> 12 + 12, 64 -> 4 x 16; 8: 16 -> 8 + 8, 12 -> 6 + 6).
 // Cost: each CTA of a KV head reads its pages again, so the KV bytes requested are head_ctas(v) x those of one read
 // (the CTAs of a KV head are neighbours in the grid and run in the same wave, so L2 serves part of the repeat reads).
 // Workspace and merge are unchanged (partial states are per query head either way).
@@ -88,8 +88,8 @@ class CudaDecodePlan {
   KvFormat view_format(int v) const { return formats_[v]; }
   int view_items(int v) const { return item_count_[v]; }
   int total_items() const { return total_items_; }
-  // CTAs per KV head of view v (its group split into CTAs of near-equal size): ceil(group / 16) for FP8 / TQ3 at
-  // head_dim 64 / 128 (v17: two 8-head MMA tiles per CTA, one K / V read), else ceil(group / 8).
+  // CTAs per KV head of view v (its group split into CTAs of near-equal size): ceil(group / 16) for BF16 and for
+  // FP8 / TQ3 at head_dim 64 / 128 (v17: two 8-head MMA tiles per CTA, one K / V read), else ceil(group / 8).
   int head_ctas(int v) const { return head_ctas_[v]; }
   // Query heads per CTA of view v: ceil(group / head_ctas(v)) (the last CTA of a KV head may hold fewer).
   int cta_heads(int v) const { return cta_heads_[v]; }

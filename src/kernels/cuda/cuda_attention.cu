@@ -1,6 +1,7 @@
 // Paged decode attention on the GPU: plan, per-format partial kernels, merge. See cuda_attention.h.
 //
-// Partial kernel (one CTA = 4 warps = one work item x one head tile: <= 8 query heads of one KV head). BF16
+// Partial kernel (one CTA = 4 warps = one work item x up to 8 query heads of one KV head, v17: up to 16 as two MMA
+// head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128). BF16
 // (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
 // m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
@@ -94,8 +95,9 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_MERGE_ROW_WARPS_MANY
 #define MINIMAKV_MERGE_ROW_WARPS_MANY 4
 #endif
-// - MINIMAKV_TWO_HEAD_TILES (v17): 1 = FP8 / TQ3 CTAs at d = 64 / 128 take up to 16 query heads (two MMA head tiles
-//   sharing one K / V read and expansion); 0 = tiles of 8 heads as in v16 (each CTA reads the pages again). A / B lever.
+// - MINIMAKV_TWO_HEAD_TILES (v17): 1 = CTAs take up to 16 query heads (two MMA head tiles sharing one K / V read and
+//   expansion; FP8 / TQ3 at d = 64 / 128, BF16 see below); 0 = tiles of 8 heads as in v16 (each CTA reads the pages
+//   again). A / B lever.
 // - MINIMAKV_TQ3_TWO_TILE_CTAS_D128 / _D64, MINIMAKV_FP8_TWO_TILE_CTAS (v17): CTAs per SM of the two-tile kernel for
 //   __launch_bounds__. Occupancy levers, numbers only (registers without spills: docs/cuda-notes.md v17; TQ3 d = 128 at
 //   3 CTAs, 168 registers, spills 76 bytes in the loop, hence 2).
@@ -111,6 +113,16 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_FP8_TWO_TILE_CTAS
 #define MINIMAKV_FP8_TWO_TILE_CTAS 3
 #endif
+// - MINIMAKV_BF16_TWO_HEAD_TILES (v17): 1 = BF16 CTAs take up to 16 query heads too (all head_dims: shared memory
+//   holds BF16 at 1-2 CTAs per SM at d >= 128 anyway), 0 = tiles of 8. A / B lever.
+#ifndef MINIMAKV_BF16_TWO_HEAD_TILES
+#define MINIMAKV_BF16_TWO_HEAD_TILES 1
+#endif
+#ifndef MINIMAKV_BF16_TWO_TILE_CTAS
+#define MINIMAKV_BF16_TWO_TILE_CTAS 4
+#endif
+constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
+constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
 constexpr bool kTwoHeadTiles = MINIMAKV_TWO_HEAD_TILES != 0;
 constexpr int kTq3TwoTileCtasD128 = MINIMAKV_TQ3_TWO_TILE_CTAS_D128;
 constexpr int kTq3TwoTileCtasD64 = MINIMAKV_TQ3_TWO_TILE_CTAS_D64;
@@ -334,15 +346,16 @@ struct DecodeParams {
   int item_offset;         // global index of this view's first item
   int num_q_heads;
   int group;               // query heads per KV head (any; v16: split into head tiles of <= kMaxGroup rows)
-  int head_tiles;          // head tiles per KV head: grid y = kv_head * head_tiles + tile
-  int tile_heads;          // query heads of a full head tile (the last tile of a KV head may hold fewer)
+  int head_tiles;          // CTAs per KV head: grid y = kv_head * head_tiles + tile (v17: a CTA may hold 2 MMA tiles)
+  int tile_heads;          // query heads of a full CTA (the last one of a KV head may hold fewer; > 8: two MMA tiles)
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
   CudaSignBits signs;      // TQ3: the rotation's signs (q' = H D q / sqrt(d))
   float inv_sqrt_dim;
 };
 
 // v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
-// at most kMaxGroup rows (the MMA's 8-wide head dimension), each a CTA that reads the same pages; tiles of one KV head
+// at most kMaxGroup rows (the MMA's 8-wide head dimension; v17: 2 kMaxGroup rows for the two-tile kernels), each a
+// CTA that reads the same pages; tiles of one KV head
 // are adjacent in y, so they run in the same wave and their second reads of a page mostly hit L2. first_head =
 // the tile's first query head (global index), rows = its query heads (rows >= rows are zero queries).
 struct HeadTile {
@@ -399,11 +412,12 @@ struct TileLayout {
   // d = 128 (kTq3CtasD128 for TQ3).
   static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
   // (v7 ran TQ3 d = 128 at 6 CTAs with 80 registers; the pipelined v8 kernel needs ~115, so 4.)
-  // v17: two head tiles double the output accumulators (and the score / softmax state): kTwoTileCtas* (d <= 128).
+  // v17: two head tiles double the output accumulators (and the score / softmax state): k*TwoTileCtas*.
   static constexpr int kCtaCap =
-      kHeadTiles == 2 ? (kFormat != KvFormat::kTq3 ? kFp8TwoTileCtas
-                         : kHeadDim == 128         ? kTq3TwoTileCtasD128
-                                                   : kTq3TwoTileCtasD64)
+      kHeadTiles == 2 ? (kFormat == KvFormat::kBf16  ? kBf16TwoTileCtas
+                         : kFormat == KvFormat::kFp8 ? kFp8TwoTileCtas
+                         : kHeadDim == 128           ? kTq3TwoTileCtasD128
+                                                     : kTq3TwoTileCtasD64)
       : kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? kTq3CtasD256 : 2)
                         : (kFormat == KvFormat::kTq3 ? kTq3CtasD128 : 4);
   static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
@@ -546,13 +560,19 @@ __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWork
   }
 }
 
-template <KvFormat kFormat, int kHeadDim>
-__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>::kCtasPerSm))
+// kHeadTiles (v17): 1, or 2 for CTAs of 9-16 query heads: the score MMA's rows 8-15 (zero queries with one tile)
+// take heads 8-15, so the score MMAs stay as they are; the softmax state, P^T fragments, value MMAs (a second
+// n = 8 head tile against the same V fragments), output accumulators and combine rows double. Tile 1's code sits in
+// `if constexpr` blocks next to tile 0's, so kHeadTiles = 1 compiles to exactly the v16 PTX.
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim, kHeadTiles>::kCtasPerSm))
     DecodePartialKernel(DecodeParams p) {
   // BF16 pages (FP8 and TQ3 run DecodePartialTransposedKernel; the generic kernel's FP8 / TQ3 paths were removed in
   // session 5, see docs/cuda-notes.md "Build switches").
   static_assert(kFormat == KvFormat::kBf16, "DecodePartialKernel: BF16 pages");
-  using L = TileLayout<kFormat, kHeadDim>;
+  static_assert(kHeadTiles == 1 || kHeadTiles == 2, "one or two head tiles");
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
+  constexpr int kRows = kMaxGroup * kHeadTiles;  // query rows of the CTA (rows >= heads.rows are zero queries)
   constexpr int kKBlockDims = KBlockDims<kHeadDim>();
   constexpr int kBlocks = kHeadDim / kKBlockDims;
   constexpr int kBlockSteps = kKBlockDims / 16;  // k-steps per block (8; 4 at head_dim 64)
@@ -591,7 +611,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     CpAsyncCommit();
   }
 
-  BuildQueryFragments<kFormat, kHeadDim>(p, item, heads, q_frag);
+  BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
   __syncthreads();
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
@@ -599,6 +619,14 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   float o_acc[kMTiles][4];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) o_acc[m][0] = o_acc[m][1] = o_acc[m][2] = o_acc[m][3] = 0.0f;
+  // Head tile 1 (kHeadTiles = 2): head 8 + g, O columns 8 + 2t, 9 + 2t.
+  float row_max_t1 = -INFINITY;
+  float row_sum_t1 = 0.0f;
+  float o_acc_t1[kHeadTiles == 2 ? kMTiles : 1][4];
+  if constexpr (kHeadTiles == 2) {
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) o_acc_t1[m][0] = o_acc_t1[m][1] = o_acc_t1[m][2] = o_acc_t1[m][3] = 0.0f;
+  }
 
   // The page id of the next tile to issue is loaded one iteration early, so its global-load latency is not on
   // the warp's critical path.
@@ -648,15 +676,24 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
 #pragma unroll
       for (int jj = 0; jj < kBlockSteps; ++jj) {
         const uint4 qf = q_frag[(block * 8 + jj) * kWarpSize + lane];  // (block > 0 only with 8 k-steps per block)
-        Mma<kFormat>(s0[block][0], qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
-        Mma<kFormat>(s1[block][0], qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
-        if constexpr (kQParts == 2) {
-          Mma<kFormat>(s0[block][kQParts - 1], qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
-          Mma<kFormat>(s1[block][kQParts - 1], qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
+        if constexpr (kHeadTiles == 1) {
+          Mma<kFormat>(s0[block][0], qf.x, 0u, qf.y, 0u, ka[2 * jj], ka[2 * jj + 1]);
+          Mma<kFormat>(s1[block][0], qf.x, 0u, qf.y, 0u, kb[2 * jj], kb[2 * jj + 1]);
+          if constexpr (kQParts == 2) {
+            Mma<kFormat>(s0[block][kQParts - 1], qf.z, 0u, qf.w, 0u, ka[2 * jj], ka[2 * jj + 1]);
+            Mma<kFormat>(s1[block][kQParts - 1], qf.z, 0u, qf.w, 0u, kb[2 * jj], kb[2 * jj + 1]);
+          }
+        } else {  // rows 8-15 of the A operand (registers a1, a3) = head tile 1's query fragments
+          const uint4 qt = q_frag[(kMTiles + block * 8 + jj) * kWarpSize + lane];
+          Mma<kFormat>(s0[block][0], qf.x, qt.x, qf.y, qt.y, ka[2 * jj], ka[2 * jj + 1]);
+          Mma<kFormat>(s1[block][0], qf.x, qt.x, qf.y, qt.y, kb[2 * jj], kb[2 * jj + 1]);
+          Mma<kFormat>(s0[block][kQParts - 1], qf.z, qt.z, qf.w, qt.w, ka[2 * jj], ka[2 * jj + 1]);
+          Mma<kFormat>(s1[block][kQParts - 1], qf.z, qt.z, qf.w, qt.w, kb[2 * jj], kb[2 * jj + 1]);
         }
       }
     }
     float score[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float score_t1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // head 8 + g: accumulator rows g + 8 (c2, c3)
 #pragma unroll
     for (int block = 0; block < kBlocks; ++block) {
 #pragma unroll
@@ -665,6 +702,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         score[1] += s0[block][part][1];
         score[2] += s1[block][part][0];
         score[3] += s1[block][part][1];
+        if constexpr (kHeadTiles == 2) {
+          score_t1[0] += s0[block][part][2];
+          score_t1[1] += s0[block][part][3];
+          score_t1[2] += s1[block][part][2];
+          score_t1[3] += s1[block][part][3];
+        }
       }
     }
     // This thread's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t (S columns), for head g (S row).
@@ -695,6 +738,34 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       pb_lo[half] = Pack(ToOperand<kFormat>(prob[2 * half] - FromOperand<kFormat>(h0)),
                          ToOperand<kFormat>(prob[2 * half + 1] - FromOperand<kFormat>(h1)));
     }
+    // Head tile 1: the same softmax step and P^T fragments for head 8 + g (key masking as above).
+    uint32_t pb_hi_t1[2];
+    uint32_t pb_lo_t1[2];
+    float alpha_t1 = 1.0f;
+    if constexpr (kHeadTiles == 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (keys[i] >= valid) score_t1[i] = -INFINITY;
+      }
+      float max_t1 = fmaxf(fmaxf(score_t1[0], score_t1[1]), fmaxf(score_t1[2], score_t1[3]));
+      max_t1 = fmaxf(max_t1, __shfl_xor_sync(kFullWarpMask, max_t1, 1));
+      max_t1 = fmaxf(max_t1, __shfl_xor_sync(kFullWarpMask, max_t1, 2));
+      const float new_max_t1 = fmaxf(row_max_t1, max_t1);
+      alpha_t1 = exp2f(row_max_t1 - new_max_t1);
+      row_max_t1 = new_max_t1;
+      float prob_t1[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) prob_t1[i] = exp2f(score_t1[i] - new_max_t1);
+      row_sum_t1 = row_sum_t1 * alpha_t1 + (prob_t1[0] + prob_t1[1]) + (prob_t1[2] + prob_t1[3]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint16_t h0 = ToOperand<kFormat>(prob_t1[2 * half]);
+        const uint16_t h1 = ToOperand<kFormat>(prob_t1[2 * half + 1]);
+        pb_hi_t1[half] = Pack(h0, h1);
+        pb_lo_t1[half] = Pack(ToOperand<kFormat>(prob_t1[2 * half] - FromOperand<kFormat>(h0)),
+                              ToOperand<kFormat>(prob_t1[2 * half + 1] - FromOperand<kFormat>(h1)));
+      }
+    }
     // Rescale O columns (heads 2t, 2t + 1) by their heads' alpha.
     const float f0 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t));
     const float f1 = __shfl_sync(kFullWarpMask, alpha, 4 * (2 * t + 1));
@@ -705,6 +776,19 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
         o_acc[m][1] *= f1;
         o_acc[m][2] *= f0;
         o_acc[m][3] *= f1;
+      }
+    }
+    if constexpr (kHeadTiles == 2) {  // O columns 8 + 2t, 9 + 2t: heads 8 + 2t, 9 + 2t (rows g' = 2t, 2t + 1)
+      const float e0 = __shfl_sync(kFullWarpMask, alpha_t1, 4 * (2 * t));
+      const float e1 = __shfl_sync(kFullWarpMask, alpha_t1, 4 * (2 * t + 1));
+      if (__any_sync(kFullWarpMask, e0 != 1.0f || e1 != 1.0f)) {
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          o_acc_t1[m][0] *= e0;
+          o_acc_t1[m][1] *= e1;
+          o_acc_t1[m][2] *= e0;
+          o_acc_t1[m][3] *= e1;
+        }
       }
     }
     // ---- values: keys 2t, 2t+1, 8+2t, 9+2t; pack two keys' values of one dim per register.
@@ -725,6 +809,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
       const uint32_t a3 = __byte_perm(vc[m], vd[m], 0x7632);
       Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_hi[0], pb_hi[1]);
       Mma<kFormat>(o_acc[m], a0, a1, a2, a3, pb_lo[0], pb_lo[1]);
+      if constexpr (kHeadTiles == 2) {  // the same V fragments against head tile 1's P^T
+        Mma<kFormat>(o_acc_t1[m], a0, a1, a2, a3, pb_hi_t1[0], pb_hi_t1[1]);
+        Mma<kFormat>(o_acc_t1[m], a0, a1, a2, a3, pb_lo_t1[0], pb_lo_t1[1]);
+      }
     }
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
@@ -733,16 +821,24 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
   // The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
-  float* warp_out = reinterpret_cast<float*>(stages_base);              // [warps][kMaxGroup][kHeadDim]
-  float* warp_max = warp_out + kDecodeWarps * kMaxGroup * kHeadDim;     // [warps][kMaxGroup]
-  float* warp_sum = warp_max + kDecodeWarps * kMaxGroup;                // [warps][kMaxGroup]
+  float* warp_out = reinterpret_cast<float*>(stages_base);          // [warps][kRows][kHeadDim]
+  float* warp_max = warp_out + kDecodeWarps * kRows * kHeadDim;     // [warps][kRows]
+  float* warp_sum = warp_max + kDecodeWarps * kRows;                // [warps][kRows]
   row_sum += __shfl_xor_sync(kFullWarpMask, row_sum, 1);
   row_sum += __shfl_xor_sync(kFullWarpMask, row_sum, 2);
   if (t == 0) {
-    warp_max[warp * kMaxGroup + g] = row_max;
-    warp_sum[warp * kMaxGroup + g] = row_sum;
+    warp_max[warp * kRows + g] = row_max;
+    warp_sum[warp * kRows + g] = row_sum;
   }
-  float* my_out = warp_out + warp * kMaxGroup * kHeadDim;
+  if constexpr (kHeadTiles == 2) {
+    row_sum_t1 += __shfl_xor_sync(kFullWarpMask, row_sum_t1, 1);
+    row_sum_t1 += __shfl_xor_sync(kFullWarpMask, row_sum_t1, 2);
+    if (t == 0) {
+      warp_max[warp * kRows + kMaxGroup + g] = row_max_t1;
+      warp_sum[warp * kRows + kMaxGroup + g] = row_sum_t1;
+    }
+  }
+  float* my_out = warp_out + warp * kRows * kHeadDim;
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
     const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
@@ -751,10 +847,16 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim>
     my_out[(2 * t + 1) * kHeadDim + dim0] = o_acc[m][1];
     my_out[(2 * t) * kHeadDim + dim1] = o_acc[m][2];
     my_out[(2 * t + 1) * kHeadDim + dim1] = o_acc[m][3];
+    if constexpr (kHeadTiles == 2) {
+      my_out[(kMaxGroup + 2 * t) * kHeadDim + dim0] = o_acc_t1[m][0];
+      my_out[(kMaxGroup + 2 * t + 1) * kHeadDim + dim0] = o_acc_t1[m][1];
+      my_out[(kMaxGroup + 2 * t) * kHeadDim + dim1] = o_acc_t1[m][2];
+      my_out[(kMaxGroup + 2 * t + 1) * kHeadDim + dim1] = o_acc_t1[m][3];
+    }
   }
   __syncthreads();
   WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim>(p, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2191,10 +2293,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
 // any run, so a graph capture of the run only sees launches).
 // v17: the most query heads one CTA of a format / head_dim takes (two 8-head MMA tiles sharing one K / V read, or
-// one). FP8 and TQ3 at d = 64 / 128 have the two-tile transposed kernel; d = 256 (its 64 output accumulators per
-// tile would not fit twice next to the TQ3 expansion's registers) and BF16 keep tiles of 8.
+// one). FP8 and TQ3 at d = 64 / 128 and BF16 at every head_dim have two-tile kernels; FP8 / TQ3 at d = 256 keep
+// tiles of 8 (64 output accumulators per tile would not fit twice next to the TQ3 expansion's registers).
 constexpr bool HasTwoHeadTiles(KvFormat format, int head_dim) {
-  return kTwoHeadTiles && format != KvFormat::kBf16 && head_dim <= 128;
+  return kTwoHeadTiles && (format == KvFormat::kBf16 ? kBf16TwoHeadTiles : head_dim <= 128);
 }
 constexpr int MaxCtaHeads(KvFormat format, int head_dim) {
   return HasTwoHeadTiles(format, head_dim) ? 2 * kMaxGroup : kMaxGroup;
@@ -2206,8 +2308,7 @@ constexpr auto PartialKernel() {
   if constexpr (kFormat != KvFormat::kBf16) {
     return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles>;
   } else {
-    static_assert(kHeadTiles == 1, "BF16: head tiles of 8");
-    return DecodePartialKernel<kFormat, kHeadDim>;
+    return DecodePartialKernel<kFormat, kHeadDim, kHeadTiles>;
   }
 }
 
@@ -2235,13 +2336,17 @@ Status PartialOccupancyFor(KvFormat format, int head_dim, int cta_heads, int* ct
   const bool two = cta_heads > kMaxGroup;
   if (head_dim == 256) {
     switch (format) {
-      case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 256>(ctas_per_sm);
+      case KvFormat::kBf16:
+        return two ? PartialOccupancy<KvFormat::kBf16, 256, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kBf16, 256>(ctas_per_sm);
       case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 256>(ctas_per_sm);
       case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 256>(ctas_per_sm);
     }
   } else if (head_dim == 128) {
     switch (format) {
-      case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 128>(ctas_per_sm);
+      case KvFormat::kBf16:
+        return two ? PartialOccupancy<KvFormat::kBf16, 128, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kBf16, 128>(ctas_per_sm);
       case KvFormat::kFp8:
         return two ? PartialOccupancy<KvFormat::kFp8, 128, 2>(ctas_per_sm)
                    : PartialOccupancy<KvFormat::kFp8, 128>(ctas_per_sm);
@@ -2251,7 +2356,9 @@ Status PartialOccupancyFor(KvFormat format, int head_dim, int cta_heads, int* ct
     }
   } else {
     switch (format) {
-      case KvFormat::kBf16: return PartialOccupancy<KvFormat::kBf16, 64>(ctas_per_sm);
+      case KvFormat::kBf16:
+        return two ? PartialOccupancy<KvFormat::kBf16, 64, 2>(ctas_per_sm)
+                   : PartialOccupancy<KvFormat::kBf16, 64>(ctas_per_sm);
       case KvFormat::kFp8:
         return two ? PartialOccupancy<KvFormat::kFp8, 64, 2>(ctas_per_sm)
                    : PartialOccupancy<KvFormat::kFp8, 64>(ctas_per_sm);
@@ -2297,6 +2404,9 @@ Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, 
                         bool programmatic) {
   // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
   const bool two = params.tile_heads > kMaxGroup;
+  if (two && format == KvFormat::kBf16) {
+    return LaunchPartial<KvFormat::kBf16, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
+  }
   if constexpr (kHeadDim <= 128) {
     if (two && format == KvFormat::kFp8) {
       return LaunchPartial<KvFormat::kFp8, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
@@ -2367,8 +2477,8 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     plan.page_tokens_[v] = view.page_tokens;
     // v16: a group larger than one CTA takes runs as ceil(group / max) CTAs of near-equal size (v16, 8 heads per
     // CTA: 12 -> 6 + 6, 9 -> 5 + 4), each reading the KV head's pages once more (L2 absorbs part of it: the CTAs
-    // are adjacent in the grid). v17: FP8 / TQ3 at d <= 128 take up to 16 heads per CTA (two MMA head tiles, one read):
-    // groups 9-16 are one CTA, larger ones split by 16 (24 -> 12 + 12, 64 -> 4 x 16).
+    // are adjacent in the grid). v17: BF16, and FP8 / TQ3 at d <= 128, take up to 16 heads per CTA (two MMA head
+    // tiles, one read): groups 9-16 are one CTA, larger ones split by 16 (24 -> 12 + 12, 64 -> 4 x 16).
     const int max_cta_heads = MaxCtaHeads(view.format, shape.head_dim);
     plan.head_ctas_[v] = (group + max_cta_heads - 1) / max_cta_heads;
     plan.cta_heads_[v] = (group + plan.head_ctas_[v] - 1) / plan.head_ctas_[v];

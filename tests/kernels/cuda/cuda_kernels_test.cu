@@ -620,8 +620,8 @@ void TestPlanErrors() {
   // Groups > 8 are head tiles since v16 (any group up to 64); refused: q heads not a multiple of kv heads, group > 64.
   CheckRefused({1, 36, 8, 128, 0.1f, 0}, view, "36", "num_q_heads 36 / kv_heads 8");
   CheckRefused({1, 130, 2, 128, 0.1f, 0}, view, "65", "group 65");
-  // v17: FP8 / TQ3 at head_dim 64 / 128 take up to 16 query heads per CTA (two MMA head tiles, one K / V read);
-  // BF16 and head_dim 256 take 8. A KV head's group is split into near-equal CTAs.
+  // v17: BF16 (every head_dim) and FP8 / TQ3 at head_dim 64 / 128 take up to 16 query heads per CTA (two MMA head
+  // tiles, one K / V read); FP8 / TQ3 at head_dim 256 take 8. A KV head's group is split into near-equal CTAs.
   auto check_split = [&](const CudaDecodeShape& shape, KvFormat format, int ctas, int heads) {
     CudaViewLengths v{format, 16, indptr, last};
     const bool ok = CudaDecodePlan::Create(shape, &v, 1, 132, &plan).ok();
@@ -632,13 +632,14 @@ void TestPlanErrors() {
   };
   check_split({1, 36, 4, 128, 0.1f, 0}, KvFormat::kFp8, 1, 9);
   check_split({1, 36, 4, 128, 0.1f, 0}, KvFormat::kTq3, 1, 9);
-  check_split({1, 36, 4, 128, 0.1f, 0}, KvFormat::kBf16, 2, 5);
+  check_split({1, 36, 4, 128, 0.1f, 0}, KvFormat::kBf16, 1, 9);
+  check_split({1, 64, 4, 256, 0.1f, 0}, KvFormat::kBf16, 1, 16);
   check_split({1, 36, 4, 256, 0.1f, 0}, KvFormat::kTq3, 2, 5);
   check_split({1, 64, 4, 64, 0.1f, 0}, KvFormat::kTq3, 1, 16);
   check_split({1, 17, 1, 128, 0.1f, 0}, KvFormat::kFp8, 2, 9);
   check_split({1, 48, 2, 128, 0.1f, 0}, KvFormat::kTq3, 2, 12);
   check_split({1, 64, 1, 128, 0.1f, 0}, KvFormat::kFp8, 4, 16);
-  check_split({1, 64, 1, 128, 0.1f, 0}, KvFormat::kBf16, 8, 8);
+  check_split({1, 64, 1, 128, 0.1f, 0}, KvFormat::kBf16, 4, 16);
   check_split({1, 64, 1, 256, 0.1f, 0}, KvFormat::kFp8, 8, 8);
   check_split({1, 32, 8, 128, 0.1f, 0}, KvFormat::kTq3, 1, 4);
   CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
@@ -691,7 +692,7 @@ int main() {
                                {32, 2, 64, 64, {}, 0},
                                // v17: FP8 / TQ3 CTAs of 9-16 heads (two head tiles, one read) at d = 128 and 64 with
                                // odd groups (9, 13), pages of 16 and 64; 17 = 9 + 8 and 24 = 12 + 12 (two such CTAs);
-                               // d = 256 groups 9 and 16 (tiles of 8 there, and for BF16 everywhere)
+                               // d = 256 groups 9 and 16 (FP8 / TQ3: tiles of 8; BF16: two head tiles at every d)
                                {26, 2, 128, 64, {}, 0},  {13, 1, 128, 16, {}, 3},  {9, 1, 128, 64, {}, 1},
                                {17, 1, 128, 16, {}, 0},  {48, 2, 128, 64, {}, 3},  {18, 2, 64, 16, {}, 0},
                                {13, 1, 64, 64, {}, 3},   {26, 2, 64, 16, {}, 1},   {16, 1, 64, 16, {}, 0},
