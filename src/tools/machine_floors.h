@@ -12,7 +12,7 @@
 // next to the paths it judges (decode_bench.cpp, RunDecodeBench). The compute peaks are still measured once:
 // they move too (2 threads, 8 measurements over 2 minutes on 2026-11-30: FMA 154-175 GMAC/s, AMX bf16 2.0-2.9
 // TMAC/s, against 14-33 GB/s read in the same minutes), but at the benchmark's decode shapes the memory floor
-// is the larger one by ~2.7x (BF16 on FMA) to ~20x (AMX), so they do not set ratio_to_floor there.
+// is the larger one by ~2.7x (BF16 on FMA) to 10-20x (AMX), so they do not set ratio_to_floor there.
 #pragma once
 
 #include <cstddef>
