@@ -24,6 +24,8 @@ JsonValue DecodeBenchRowToJson(const DecodeBenchRow& r) {
   o.Set("floor_memory_us", r.floor_memory_us);
   o.Set("floor_compute_us", r.floor_compute_us);
   o.Set("ratio_to_floor", r.ratio_to_floor);
+  o.Set("read_gb_per_s", r.read_gb_per_s);
+  o.Set("read_sweeps", r.read_sweeps);
   o.Set("cpu_us_per_step", r.cpu_us_per_step);
   return o;
 }
@@ -31,14 +33,16 @@ JsonValue DecodeBenchRowToJson(const DecodeBenchRow& r) {
 std::string DecodeBenchRowsToText(const std::vector<DecodeBenchRow>& rows) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-13s %-6s %-10s %7s %5s %7s %11s %11s %9s %8s %11s %11s %9s\n", "shape", "path",
-                "isa", "context", "batch", "threads", "us/step", "cpu us/step", "GB/s", "vs bf16", "floor mem", "floor cmp",
-                "x floor");
+  std::snprintf(line, sizeof(line), "%-13s %-6s %-10s %7s %5s %7s %11s %11s %9s %8s %11s %11s %9s %9s\n", "shape",
+                "path", "isa", "context", "batch", "threads", "us/step", "cpu us/step", "GB/s", "vs bf16", "floor mem",
+                "floor cmp", "x floor", "read GB/s");
   out += line;
   for (const DecodeBenchRow& r : rows) {
-    std::snprintf(line, sizeof(line), "%-13s %-6s %-10s %7lld %5d %7d %11.1f %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f\n",
-                  r.shape.c_str(), r.path.c_str(), r.isa.c_str(), (long long)r.context, r.batch, r.threads, r.us_per_step,
-                  r.cpu_us_per_step, r.gb_per_s, r.speedup_vs_bf16, r.floor_memory_us, r.floor_compute_us, r.ratio_to_floor);
+    std::snprintf(line, sizeof(line),
+                  "%-13s %-6s %-10s %7lld %5d %7d %11.1f %11.1f %9.2f %7.2fx %11.1f %11.1f %9.2f %9.1f\n", r.shape.c_str(),
+                  r.path.c_str(), r.isa.c_str(), (long long)r.context, r.batch, r.threads, r.us_per_step,
+                  r.cpu_us_per_step, r.gb_per_s, r.speedup_vs_bf16, r.floor_memory_us, r.floor_compute_us,
+                  r.ratio_to_floor, r.read_gb_per_s);
     out += line;
   }
   return out;
