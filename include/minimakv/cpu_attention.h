@@ -6,7 +6,7 @@
 // rotated, one inverse rotation per (query token, head) at the end). Nothing is dequantized to a cache-sized
 // buffer. Each key and value is unpacked once per KV head and shared by the query heads of its GQA group.
 //
-// Work is split over (sequence, KV head, block of query rows) and, when that gives too few items for the
+// Work is split over (sequence, KV head, block of up to 16 query rows) and, when that gives too few items for the
 // threads, over page ranges of a sequence whose partial states are merged afterwards.
 #pragma once
 
@@ -41,10 +41,17 @@ struct CpuAttentionOptions {
   ThreadPool* pool = nullptr;
   bool force_scalar = false;  // run the portable scalar kernels even where SIMD ones exist (= kScalar)
   CpuKernelFamily family = CpuKernelFamily::kAuto;
+  // At most this many query rows (query token x query head of one GQA group) per kernel task, 1..16: each
+  // unpacked key and value is shared by a task's rows. 16 lets a GQA group of 9-16 heads (Qwen3-235B-A22B,
+  // Llama-3.1-405B: 16; GLM-4.5: 12) run as one AMX task; 8 is the limit before that (groups above 8 cut into
+  // tasks of 8, each unpacking the keys again), kept for A/B runs (`minimakv bench --isa auto:8,auto`). The
+  // AVX-512 kernels take at most 8 whatever this says (kernels/cpu/cpu_dispatch.cpp, TaskRowsFor).
+  int max_task_rows = 16;
 };
 
 // Name of the kernel family that runs for `format` on this machine with these options, for decode with `group`
-// query heads per KV head (task rows above 8 count as 8) and `head_dim`: "amx", "avx512" or "scalar".
+// query heads per KV head and `head_dim` (the family of the first task of a group, whose rows are the group or
+// the piece of it the planner gives one task): "amx", "avx512" or "scalar".
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim);
 // The same at the Llama-3-8B decode shape (group 4, head_dim 128).
 inline constexpr int kLlamaDecodeGroup = 4;

@@ -46,8 +46,10 @@ Status LookupDecodeShape(const std::string& name, DecodeShape* shape) {
     *shape = {name, 32, 8, 128};
   } else if (name == "qwen3.6-27b") {
     *shape = {name, 24, 4, 256};
+  } else if (name == "qwen3-235b") {  // Qwen3-235B-A22B: GQA group 16 (also Llama-3.1-405B's 128 / 8)
+    *shape = {name, 64, 4, 128};
   } else {
-    return Status::InvalidArgument("unknown shape '" + name + "' (known: llama-3.1-8b, qwen3.6-27b)");
+    return Status::InvalidArgument("unknown shape '" + name + "' (known: llama-3.1-8b, qwen3.6-27b, qwen3-235b)");
   }
   return Status::Ok();
 }
@@ -119,13 +121,27 @@ Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path
 }
 
 Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options) {
-  if (isa != "auto" && isa != "amx" && isa != "avx512" && isa != "scalar") {
-    return Status::InvalidArgument("isa '" + isa + "' is not one of auto, amx, avx512, scalar");
+  // "family:N": at most N query rows per kernel task (CpuAttentionOptions::max_task_rows), e.g. auto:8 for the
+  // tasks of 8 rows that GQA groups above 8 ran as before 16-row AMX tasks.
+  const size_t colon = isa.find(':');
+  const std::string family = isa.substr(0, colon);
+  if (family != "auto" && family != "amx" && family != "avx512" && family != "scalar") {
+    return Status::InvalidArgument("isa '" + isa + "' is not one of auto, amx, avx512, scalar (optionally :ROWS)");
   }
-  options->family = isa == "amx"      ? CpuKernelFamily::kAmx
-                    : isa == "avx512" ? CpuKernelFamily::kAvx512
-                    : isa == "scalar" ? CpuKernelFamily::kScalar
-                                      : CpuKernelFamily::kAuto;
+  options->family = family == "amx"      ? CpuKernelFamily::kAmx
+                    : family == "avx512" ? CpuKernelFamily::kAvx512
+                    : family == "scalar" ? CpuKernelFamily::kScalar
+                                         : CpuKernelFamily::kAuto;
+  if (colon != std::string::npos) {
+    const std::string rows = isa.substr(colon + 1);
+    const CpuAttentionOptions defaults;
+    if (rows.empty() || rows.size() > 2 || rows.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(rows) < 1 || std::stoi(rows) > defaults.max_task_rows) {
+      return Status::InvalidArgument("isa '" + isa + "': task rows after ':' must be 1.." +
+                                     std::to_string(defaults.max_task_rows));
+    }
+    options->max_task_rows = std::stoi(rows);
+  }
   return Status::Ok();
 }
 
@@ -154,6 +170,13 @@ std::string PathIsa(const CpuAttentionOptions& options, const DecodeShape& shape
   const std::string tq3 = isa(KvFormat::kTq3);
   if (path == "tq3" || tq3 == isa(KvFormat::kFp8)) return tq3;
   return "amx+avx512";
+}
+
+// PathIsa, with ":N" when the options limit task rows below the default (so A/B rows of one family differ).
+std::string PathIsaLabel(const CpuAttentionOptions& options, const DecodeShape& shape, const std::string& path) {
+  const std::string isa = PathIsa(options, shape, path);
+  return options.max_task_rows == CpuAttentionOptions{}.max_task_rows ? isa
+                                                                      : isa + ":" + std::to_string(options.max_task_rows);
 }
 
 }  // namespace
@@ -268,8 +291,8 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
             DecodeBenchRow row;
             row.shape = config.shape;
             row.path = paths[i];
-            row.isa = PathIsa(isa_options[k], shape, paths[i]);
-            const bool amx = row.isa == "amx" && f.amx_bf16_macs_per_s > 0.0;
+            row.isa = PathIsaLabel(isa_options[k], shape, paths[i]);
+            const bool amx = PathIsa(isa_options[k], shape, paths[i]) == "amx" && f.amx_bf16_macs_per_s > 0.0;
             row.context = context;
             row.batch = batch;
             row.threads = threads;

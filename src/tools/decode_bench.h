@@ -30,7 +30,7 @@ namespace minimakv {
 inline constexpr size_t kDefaultFloorSweepBytes = size_t(256) << 20;
 
 struct DecodeBenchConfig {
-  std::string shape = "llama-3.1-8b";  // or "qwen3.6-27b"
+  std::string shape = "llama-3.1-8b";  // or "qwen3.6-27b", "qwen3-235b"
   std::vector<int64_t> contexts = {32768};
   std::vector<int> batches = {1};
   std::vector<int> threads = {2};
@@ -44,7 +44,8 @@ struct DecodeBenchConfig {
   std::vector<std::string> paths = {"bf16", "fp8", "tq3", "minima"};  // bf16 always runs (the baseline)
   // Kernel families to time, each with its own bf16 baseline, interleaved in the same rounds: "auto" (the
   // dispatcher's choice per format, GQA group and head_dim: src/kernels/cpu/cpu_dispatch.cpp), "amx", "avx512",
-  // "scalar" (every format in that family).
+  // "scalar" (every format in that family); each optionally ":N" for at most N query rows per kernel task
+  // (CpuAttentionOptions::max_task_rows; "auto:8,auto" times GQA groups above 8 in tasks of 8 against one task).
   std::vector<std::string> isas = {"auto"};
   // Read sweep timed at the end of every round for the memory floor (flush_caches on; RunDecodeBench says why
   // this size).
@@ -56,7 +57,8 @@ struct DecodeBenchConfig {
 
 struct DecodeBenchRow {
   std::string shape, path;  // path: bf16|fp8|tq3|minima
-  std::string isa;          // kernel family that ran: amx, avx512, scalar, or amx+avx512 (minima, mixed)
+  std::string isa;          // kernel family that ran: amx, avx512, scalar, or amx+avx512 (minima, mixed);
+                            // ":N" appended when the isa entry limited task rows to N
   int64_t context = 0;
   int batch = 0;
   int threads = 0;
@@ -85,7 +87,8 @@ struct DecodeShape {
   int kv_heads = 0;
   int head_dim = 0;
 };
-// "llama-3.1-8b" (32 / 8 heads, d 128) or "qwen3.6-27b" full-attention layer (24 / 4, d 256).
+// "llama-3.1-8b" (32 / 8 heads, d 128), "qwen3.6-27b" full-attention layer (24 / 4, d 256) or "qwen3-235b"
+// (Qwen3-235B-A22B: 64 / 4, d 128, a GQA group of 16).
 Status LookupDecodeShape(const std::string& name, DecodeShape* shape);
 
 // One benchmark case: the pools of one path for `batch` sequences of `context` tokens, and its queries.
@@ -114,7 +117,8 @@ class DecodeBenchCase {
 // Reads a buffer twice the last-level cache so data read before is no longer cached.
 void FlushCpuCaches();
 
-// The attention options that run kernel family `isa` ("auto", "amx", "avx512", "scalar"); InvalidArgument else.
+// The attention options that run kernel family `isa` ("auto", "amx", "avx512", "scalar", each optionally ":N",
+// N = max_task_rows 1..16); InvalidArgument else.
 Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options);
 
 // ratio_to_floor over timing rounds: round r's step time step_seconds[r] against the larger of the memory floor

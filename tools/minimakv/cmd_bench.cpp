@@ -70,7 +70,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                    "same run, and two floors measured on this machine (bytes / read bandwidth, multiply-adds / peak:\n"
                    "fp32 FMA peak, or the AMX bf16 peak for the AMX kernels). --isa auto,amx,avx512 times the kernel\n"
                    "families side by side (each with its own bf16 baseline).");
-  parser.AddChoice("shape", {"llama-3.1-8b", "qwen3.6-27b"}, "attention layer shape", &config.shape);
+  parser.AddChoice("shape", {"llama-3.1-8b", "qwen3.6-27b", "qwen3-235b"}, "attention layer shape", &config.shape);
   parser.AddIntList("context", "context length(s) in tokens; 32k = 32768", &config.contexts);
   parser.AddIntList("batch", "sequences per decode step", &config.batches);
   parser.AddIntList("threads", "worker threads", &config.threads);
@@ -91,7 +91,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   parser.AddString("isa", "I[,I...]", "kernel families to time, from auto (per format, GQA group and head_dim the family "
                    "measured fastest, src/kernels/cpu/cpu_dispatch.cpp; at the Llama shape AMX for fp8 and tq3, "
                    "AVX-512 for bf16), amx, avx512, "
-                   "scalar; also settable for a whole process with MINIMAKV_CPU_ISA", &isas_text);
+                   "scalar; also settable for a whole process with MINIMAKV_CPU_ISA. FAMILY:N limits kernel tasks "
+                   "to N query rows (default 16; auto:8,auto times GQA groups above 8 cut into tasks of 8 against "
+                   "one task per group)", &isas_text);
   parser.AddBool("flush-caches", "evict the KV from the CPU caches before each timed step (a real decode step "
                  "reads each layer cold); --flush-caches=false to time warm caches", &config.flush_caches);
   parser.AddBool("json", "print a JSON array of rows", &json);

@@ -91,6 +91,17 @@ Status ValidateView(const PagedKvView& view, const AttentionQueries& queries, co
   return Status::Ok();
 }
 
+Status ValidateOptions(const CpuAttentionOptions& options) {
+  if (options.num_threads < 1) {
+    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  }
+  if (options.max_task_rows < 1 || options.max_task_rows > cpu::kMaxTaskRows) {
+    return Status::InvalidArgument("options.max_task_rows " + std::to_string(options.max_task_rows) + " must be in 1.." +
+                                   std::to_string(cpu::kMaxTaskRows));
+  }
+  return Status::Ok();
+}
+
 // Threads a call runs on: its pool's, else the num_threads it asks for.
 int ThreadsOf(const CpuAttentionOptions& options) {
   return options.pool != nullptr ? options.pool->num_threads() : options.num_threads;
@@ -123,13 +134,16 @@ struct ViewPlan {
 
 // Cuts one view's work into kernel tasks (REQUIRES: arguments validated, at least one query token).
 void PlanView(const PagedKvView& view, const AttentionQueries& queries, const HadamardRotation* rotation,
-              const PartialStatesOut& out, int num_threads, ViewPlan* plan) {
+              const PartialStatesOut& out, const CpuAttentionOptions& options, ViewPlan* plan) {
+  const int num_threads = ThreadsOf(options);
   const PageLayout& layout = view.layout;
   const int d = layout.head_dim;
   const int heads = queries.num_q_heads;
   const int group = heads / layout.kv_heads;
-  // Rows of one task: whole GQA groups of consecutive query tokens while they fit, else 8 heads of one group.
-  const int rows_per_task = group <= cpu::kMaxTaskRows ? cpu::kMaxTaskRows / group * group : cpu::kMaxTaskRows;
+  // Rows of one task: whole GQA groups of consecutive query tokens while they fit, else pieces of one group;
+  // how many rows each family takes is the dispatcher's (TaskRowsFor).
+  const int rows_per_task = cpu::TaskRowsFor(options.family, options.force_scalar, layout.format, group, d,
+                                             options.max_task_rows);
   const float score_scale_log2 = queries.sm_scale * kLog2e;
 
   // Count tasks and pages to decide whether sequences must be split over page ranges.
@@ -269,7 +283,9 @@ void RunPlans(std::span<ViewPlan> plans, const CpuAttentionOptions& options) {
 }  // namespace
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim) {
-  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, group, head_dim));
+  const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, format, group, head_dim,
+                                                    options.max_task_rows));
+  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim));
 }
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format) {
@@ -289,13 +305,11 @@ Status ComputePartialStatesCpu(const PagedKvView& view, const AttentionQueries& 
                                const CpuAttentionOptions& options) {
   MINIMAKV_RETURN_IF_ERROR(ValidateQueries(queries));
   MINIMAKV_RETURN_IF_ERROR(ValidateView(view, queries, rotation));
-  if (options.num_threads < 1) {
-    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
-  }
+  MINIMAKV_RETURN_IF_ERROR(ValidateOptions(options));
   if (queries.num_seqs == 0 || queries.q_indptr[queries.num_seqs] == 0) return Status::Ok();
   if (out.out == nullptr || out.lse_log2 == nullptr) return Status::InvalidArgument("out.out or out.lse_log2 is null");
   ViewPlan plan;
-  PlanView(view, queries, rotation, out, ThreadsOf(options), &plan);
+  PlanView(view, queries, rotation, out, options, &plan);
   RunPlans({&plan, 1}, options);
   return Status::Ok();
 }
@@ -349,9 +363,7 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
     lse = own_lse.data();
   }
   for (const PagedKvView& view : views) MINIMAKV_RETURN_IF_ERROR(ValidateView(view, queries, rotation));
-  if (options.num_threads < 1) {
-    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
-  }
+  MINIMAKV_RETURN_IF_ERROR(ValidateOptions(options));
   // View 0 writes the output; the others write their own state sets, merged in afterwards. All views' tasks
   // run in one parallel region (one fork/join per call, small views balance against large ones).
   std::vector<std::vector<float>> part_out(views.size() - 1, std::vector<float>(size_t(rows) * d));
@@ -360,7 +372,7 @@ Status AttendMixedCpu(std::span<const PagedKvView> views, const AttentionQueries
   for (size_t i = 0; i < views.size(); ++i) {
     const PartialStatesOut states = i == 0 ? PartialStatesOut{out, lse}
                                            : PartialStatesOut{part_out[i - 1].data(), part_lse[i - 1].data()};
-    PlanView(views[i], queries, rotation, states, ThreadsOf(options), &plans[i]);
+    PlanView(views[i], queries, rotation, states, options, &plans[i]);
   }
   RunPlans(plans, options);
   for (size_t i = 1; i < views.size(); ++i) {

@@ -7,7 +7,8 @@
 // measured faster on this project's AMX machine (Xeon, AVX-512 + AMX-BF16 + GFNI) in a single-thread
 // interleaved A/B of the two kernels on the same pages (16K tokens x 8 KV heads, caches flushed before each
 // run, thread CPU time, median of per-round ratios; docs/BENCHMARKS.md section 3 has the command and every
-// ratio). A task's rows are its query heads of one GQA group (decode) or several tokens' groups (up to 8).
+// ratio). A task's rows are its query heads of one GQA group (decode) or several tokens' groups (up to 8), or
+// one GQA group of 9-16 heads (AMX and scalar only; TaskRowsFor decides the rows, SelectIsa the family).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -77,19 +78,40 @@ CpuKernelFamily EnvironmentFamily() {
 // AVX-512 BF16 and FP8, AMX TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
 // AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX; since session 6 TQ3 row 1 (every head_dim) to
 // AVX-512.
-constexpr char kAutoTable[3][3][kMaxTaskRows + 1] = {
-    // rows 1..8, per head_dim 64 / 128 / 256
-    {"VVVVVVVA", "VVVVVVVV", "AAAAVVVV"},  // bf16
-    {"VVVAAAAA", "VAAAAAAA", "VVAAAVAA"},  // fp8 (d 256 row 6: the bench-level override below)
-    {"VAAAAAAA", "VAAAAAAA", "VAAAAAAA"},  // tq3
+// Rows 9..16 (GQA groups of 9-16 as one task, AMX only: the other families cut them into tasks of 8, see
+// TaskRowsFor): one letter per (format, head_dim), so every piece of a group above 16 (16 + remainder) runs
+// the same family. 'A' wherever the AMX kernels run rows 8 today; where AVX-512 runs rows 8 (BF16 d 128 and
+// d 256, FP8 d 256 row 8 is A) a 16-row AMX task still reads and converts each key once instead of twice
+// (two AVX-512 tasks of 8), and its products cost a third of the FMA work per row on the tile unit;
+// measured at the Qwen3-235B shape (group 16, d 128) in the A/B of this session (max_task_rows 8 vs 16,
+// docs/BENCHMARKS.md section 3 once recorded). The other head_dims follow d 128 (not measured).
+constexpr int kTableRows = kMaxTaskRows;
+constexpr char kAutoTable[3][3][kTableRows + 1] = {
+    // rows 1..8 | 9..16, per head_dim 64 / 128 / 256
+    {"VVVVVVVAAAAAAAAA", "VVVVVVVVAAAAAAAA", "AAAAVVVVAAAAAAAA"},  // bf16
+    {"VVVAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA", "VVAAAVAAAAAAAAAA"},  // fp8 (d 256 row 6: the bench-level override below)
+    {"VAAAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA"},  // tq3
 };
 // (format, head_dim, rows) -> the family kAutoTable names; head_dim outside 64/128/256 or rows outside
-// 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, kMaxTaskRows).
+// 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, TaskRowsFor).
 CpuIsa AutoIsa(KvFormat format, int rows, int head_dim) {
   const int format_index = format == KvFormat::kBf16 ? 0 : format == KvFormat::kFp8 ? 1 : 2;
   const int dim_index = head_dim <= 64 ? 0 : head_dim <= 128 ? 1 : 2;
-  const int row_index = std::clamp(rows, 1, kMaxTaskRows) - 1;
+  const int row_index = std::clamp(rows, 1, kTableRows) - 1;
   return kAutoTable[format_index][dim_index][row_index] == 'A' ? CpuIsa::kAmx : CpuIsa::kAvx512;
+}
+
+// The family asked for (the table for kAuto), before the row limit of SelectIsa.
+CpuIsa WantedIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim) {
+  if (force_scalar) family = CpuKernelFamily::kScalar;
+  if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
+  switch (family) {
+    case CpuKernelFamily::kAuto: return UsableIsa(AutoIsa(format, rows, head_dim));
+    case CpuKernelFamily::kAmx: return UsableIsa(CpuIsa::kAmx);
+    case CpuKernelFamily::kAvx512: return UsableIsa(CpuIsa::kAvx512);
+    case CpuKernelFamily::kScalar: break;
+  }
+  return CpuIsa::kScalar;
 }
 
 }  // namespace
@@ -101,16 +123,25 @@ CpuIsa UsableIsa(CpuIsa wanted) {
   return CpuIsa::kScalar;
 }
 
+int MaxTaskRowsOf(CpuIsa isa) { return isa == CpuIsa::kAvx512 ? kMaxAvx512TaskRows : kMaxTaskRows; }
+
 CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim) {
-  if (force_scalar) family = CpuKernelFamily::kScalar;
-  if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
-  switch (family) {
-    case CpuKernelFamily::kAuto: return UsableIsa(AutoIsa(format, rows, head_dim));
-    case CpuKernelFamily::kAmx: return UsableIsa(CpuIsa::kAmx);
-    case CpuKernelFamily::kAvx512: return UsableIsa(CpuIsa::kAvx512);
-    case CpuKernelFamily::kScalar: break;
-  }
-  return CpuIsa::kScalar;
+  const CpuIsa isa = WantedIsa(family, force_scalar, format, rows, head_dim);
+  // TaskRowsFor never plans more rows than the chosen family takes; should a caller pass more, the scalar
+  // kernels (any row count) answer rather than a kernel that would drop rows.
+  return rows <= MaxTaskRowsOf(isa) ? isa : CpuIsa::kScalar;
+}
+
+int TaskRowsFor(CpuKernelFamily family, bool force_scalar, KvFormat format, int group, int head_dim,
+                int max_task_rows) {
+  const int cap = std::clamp(max_task_rows, 1, kMaxTaskRows);
+  // Whole groups of consecutive tokens while one fits in `limit` rows, else pieces of `limit` heads.
+  auto whole_groups = [&](int limit) { return group <= limit ? limit / group * group : limit; };
+  const int narrow = whole_groups(std::min(cap, kNarrowTaskRows));
+  if (group <= kNarrowTaskRows) return narrow;
+  const int wide = whole_groups(cap);
+  if (wide <= narrow) return narrow;
+  return wide <= MaxTaskRowsOf(WantedIsa(family, force_scalar, format, wide, head_dim)) ? wide : narrow;
 }
 
 KernelFn KernelFor(CpuIsa isa) {

@@ -12,8 +12,15 @@
 
 namespace minimakv::cpu {
 
-// Rows per task: a GQA group of up to 8 query heads for one token (decode), or several tokens' groups.
-inline constexpr int kMaxTaskRows = 8;
+// Rows per task: a GQA group of up to 16 query heads for one token (decode), or several tokens' groups. Each
+// family has its own limit (MaxTaskRowsOf): AMX and scalar take up to 16 (an AMX tile has 16 rows), AVX-512 up
+// to 8 (its accumulators are registers and L1 rows per query row; 16 rows would not pay there). The planner
+// (cpu_attention.cpp) asks TaskRowsFor, next to SelectIsa, how many rows a view's tasks get.
+inline constexpr int kMaxTaskRows = 16;
+inline constexpr int kMaxAvx512TaskRows = 8;
+// Tasks of GQA groups up to this size keep the rows they had before 16-row tasks (whole groups within 8 rows):
+// the dispatch table for rows 1..8 was measured with them.
+inline constexpr int kNarrowTaskRows = 8;
 
 struct KernelTask {
   const PagedKvView* view = nullptr;
@@ -51,8 +58,18 @@ void Tq3AmxCentroidUnits(uint16_t* units_bf16);
 enum class CpuIsa { kScalar, kAvx512, kAmx };
 
 // The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp): for a task of `rows` query rows
-// (1..kMaxTaskRows; a decode task's rows are the GQA group) over a view of `format` and `head_dim`.
+// (1..kMaxTaskRows; a decode task's rows are the GQA group) over a view of `format` and `head_dim`. Never a
+// family whose MaxTaskRowsOf is below `rows` (the scalar kernels take any count).
 CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim);
+// The most rows one task of family `isa` accepts.
+int MaxTaskRowsOf(CpuIsa isa);
+// Query rows per task for a view of `format` and `head_dim` with `group` query heads per KV head, at most
+// `max_task_rows` (CpuAttentionOptions::max_task_rows, 1..kMaxTaskRows): whole groups of consecutive tokens
+// while they fit, else pieces of one group. Groups of up to kNarrowTaskRows keep tasks of at most that many rows;
+// a larger group becomes one task (pieces of 16 above 16) when the family SelectIsa picks for that many rows
+// accepts them, else pieces of kNarrowTaskRows. Every task then runs SelectIsa(rows of that task).
+int TaskRowsFor(CpuKernelFamily family, bool force_scalar, KvFormat format, int group, int head_dim,
+                int max_task_rows);
 // The family that runs when `wanted` is asked for explicitly: wanted, or the next one down the machine has.
 CpuIsa UsableIsa(CpuIsa wanted);
 KernelFn KernelFor(CpuIsa isa);

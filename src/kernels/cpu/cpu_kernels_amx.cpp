@@ -15,7 +15,8 @@
 //     and 1/alpha is folded into each vector's fp32 scale (fp16 scale / alpha, one fp32 rounding, as the
 //     reference's fp32 centroid float(B / alpha) is one rounding). One key tile and one value tile per step.
 //
-// One task (one KV head, R <= 8 query rows of a GQA group), per block of <= 64 keys of a page:
+// One task (one KV head, R <= 16 query rows: a GQA group of up to 16 heads, or several tokens' groups), per
+// block of <= 64 keys of a page:
 //   scores  C[16 keys x (3R columns)] = K[16 keys x 32 coords] * Qparts[32 coords x 3R], per 32 coordinates;
 //           column p*R + r holds part p of row r; the three part columns are summed after a 16x16 transpose.
 //           BF16 keys are loaded from the page as a tile; FP8 and TQ3 keys are expanded into an L1 scratch tile.
@@ -83,7 +84,9 @@ constexpr int kKeyTile = 16;         // keys per score tile (C rows)
 constexpr int kValueKeys = 32;       // keys per value product (the K of one TDPBF16PS)
 constexpr int kMaxHeadDim = 256;
 constexpr int kQueryParts = 3;       // bf16 parts of an fp32 query coordinate or softmax weight
-constexpr int kMaxColumns = 2 * kTileCols;  // kQueryParts * kMaxTaskRows = 24 fits two C tiles
+constexpr int kMaxColumnBlocks = 3;  // kQueryParts * kMaxTaskRows = 48 columns: three C tiles
+constexpr int kMaxColumns = kMaxColumnBlocks * kTileCols;
+static_assert(kQueryParts * kMaxTaskRows <= kMaxColumns, "score columns fit the C tiles");
 constexpr int kFp8TableEntries = 128;
 constexpr int kTq3Indices = 8;
 
@@ -313,13 +316,16 @@ MINIMAKV_AMX_TARGET void LoadScales(const uint8_t* stored, int n, float* scales)
 
 struct alignas(64) Workspace {
   // Query parts as B tiles: [32-coordinate chunk][column block][row pair][32 bf16] (VNNI pairs).
-  uint16_t q_tiles[kMaxHeadDim / kTileBf16][2][kTileRows][kTileBf16];
+  uint16_t q_tiles[kMaxHeadDim / kTileBf16][kMaxColumnBlocks][kTileRows][kTileBf16];
   // Expanded keys of one score tile: [key][expansion position].
   uint16_t key_tiles[kKeyTile][kMaxHeadDim];
   // Weight parts as A tiles: [32-key sub-block][row block][row p*R + r][key].
-  uint16_t p_tiles[kBlockKeys / kValueKeys][2][kTileRows][kTileBf16];
+  uint16_t p_tiles[kBlockKeys / kValueKeys][kMaxColumnBlocks][kTileRows][kTileBf16];
   // Values of one 32-key sub-block and one step as B tiles: [16-coordinate chunk][key pair][32 bf16].
   uint16_t v_tiles[4][kTileRows][kTileBf16];
+  // Tasks of more than 32 weight rows (ValueBlockWide): the values of a whole block and one step as B tiles,
+  // [32-key sub-block][16-coordinate chunk][key pair][32 bf16].
+  uint16_t v_block[kBlockKeys / kValueKeys][4][kTileRows][kTileBf16];
   float c_tiles[4][kTileRows][kTileCols];  // stored C tiles
   float transposed[kMaxColumns][kTileCols];
   float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, value position order
@@ -375,8 +381,10 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
         }
       }
     }
+    // C tiles 0, 1, 3 (column blocks 0, 1, 2), A tile 2, B tiles 4, 5, 6.
     TileZero<0>();
-    if constexpr (kColumnBlocks == 2) TileZero<1>();
+    if constexpr (kColumnBlocks >= 2) TileZero<1>();
+    if constexpr (kColumnBlocks == 3) TileZero<3>();
     for (int c = 0; c < chunks; ++c) {
       const size_t slice = size_t(c) * value_slice_bytes;
       if (slice < value_tile_bytes) {
@@ -386,13 +394,18 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
       TileLoad<2>(a_base + offset, a_stride);
       TileLoad<4>(ws.q_tiles[c][0], kTileRowBytes);
       TileDot<0, 2, 4>();
-      if constexpr (kColumnBlocks == 2) {
+      if constexpr (kColumnBlocks >= 2) {
         TileLoad<5>(ws.q_tiles[c][1], kTileRowBytes);
         TileDot<1, 2, 5>();
       }
+      if constexpr (kColumnBlocks == 3) {
+        TileLoad<6>(ws.q_tiles[c][2], kTileRowBytes);
+        TileDot<3, 2, 6>();
+      }
     }
     TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
-    if constexpr (kColumnBlocks == 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
+    if constexpr (kColumnBlocks >= 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
+    if constexpr (kColumnBlocks == 3) TileStore<3>(ws.c_tiles[2], kTileCols * sizeof(float));
     // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row. Only the 3R columns
     // in use are stored, so the compiler drops the shuffles of the others (R = 6: 2 of block 1's 16 columns).
     for (int b = 0; b < kColumnBlocks; ++b) {
@@ -537,21 +550,98 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
   }
 }
 
+// Tasks of 11-16 rows: 3R weight rows are three A tiles, and with two C tiles per register and row block (as
+// ValuePass) the products would need 6 C + 3 A + 2 B tiles of the 8. Instead every value of the block is expanded
+// once per step into ws.v_block (all sub-blocks and chunks, 8 KiB of L1), then each 16-coordinate chunk runs
+// over the sub-blocks with C tiles 0-2 (row blocks), A tiles 3-5 (weights), B tile 6 (values): 7 tiles, and
+// each value is still expanded once per step (ValuePass with two row blocks expands a step twice).
+template <typename Codec, int ROWS>
+MINIMAKV_AMX_TARGET void ValueBlockWide(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
+                                        int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
+                                        Workspace& ws) {
+  constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
+  static_assert(kRowBlocks == 3, "the wide pass is for three row blocks");
+  constexpr int kChunks = 2 * Codec::kZmm;  // 16-coordinate chunks per step
+  const int steps = head_dim / Codec::kStepCoords;
+  const int sub_blocks = (n + kValueKeys - 1) / kValueKeys;
+  const __m512i zero = _mm512_setzero_si512();
+  for (int step = 0; step < steps; ++step) {
+    for (int sb = 0; sb < sub_blocks; ++sb) {
+      for (int i = 0; i < kTileRows; ++i) {
+        const int ka = sb * kValueKeys + 2 * i;
+        // The next block's keys, two keys' lines per pair, during the first step (as ValuePass).
+        if (step == 0 && next_keys != nullptr && size_t(ka) * value_bytes < next_key_bytes) {
+          PrefetchL2(next_keys + size_t(ka) * value_bytes, std::min(2 * value_bytes, next_key_bytes - size_t(ka) * value_bytes));
+        }
+        __m512i xa[Codec::kZmm];
+        __m512i xb[Codec::kZmm];
+        if (ka < n) {
+          Codec::Expand(state, values + size_t(ka) * value_bytes, step, xa);
+        } else {
+          for (auto& x : xa) x = zero;
+        }
+        if (ka + 1 < n) {
+          Codec::Expand(state, values + size_t(ka + 1) * value_bytes, step, xb);
+        } else {
+          for (auto& x : xb) x = zero;
+        }
+        for (int z = 0; z < Codec::kZmm; ++z) {
+          _mm512_store_si512(ws.v_block[sb][2 * z][i], _mm512_unpacklo_epi16(xa[z], xb[z]));
+          _mm512_store_si512(ws.v_block[sb][2 * z + 1][i], _mm512_unpackhi_epi16(xa[z], xb[z]));
+        }
+      }
+    }
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      TileZero<0>();
+      TileZero<1>();
+      TileZero<2>();
+      for (int sb = 0; sb < sub_blocks; ++sb) {
+        TileLoad<6>(ws.v_block[sb][chunk], kTileRowBytes);
+        TileLoad<3>(ws.p_tiles[sb][0], kTileRowBytes);
+        TileLoad<4>(ws.p_tiles[sb][1], kTileRowBytes);
+        TileLoad<5>(ws.p_tiles[sb][2], kTileRowBytes);
+        TileDot<0, 3, 6>();
+        TileDot<1, 4, 6>();
+        TileDot<2, 5, 6>();
+      }
+      TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
+      TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
+      TileStore<2>(ws.c_tiles[2], kTileCols * sizeof(float));
+      // acc[r] += lo + mid + hi rows; chunk 2 z + h holds coordinates 32 z + 16 h of the step (as ValuePass).
+      const int position = step * Codec::kStepCoords + 16 * chunk;
+      for (int r = 0; r < ROWS; ++r) {
+        const float* part_rows[kQueryParts];
+        for (int p = 0; p < kQueryParts; ++p) {
+          const int m = p * ROWS + r;
+          part_rows[p] = ws.c_tiles[m / kTileRows][m % kTileRows];
+        }
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(part_rows[2]), _mm512_load_ps(part_rows[1])),
+                                         _mm512_load_ps(part_rows[0]));
+        _mm512_store_ps(&ws.acc[r][position], _mm512_add_ps(_mm512_load_ps(&ws.acc[r][position]), sum));
+      }
+    }
+  }
+}
+
 template <typename Codec, int ROWS>
 MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
                                     int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
                                     Workspace& ws) {
   constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
-  const int steps = head_dim / Codec::kStepCoords;
-  for (int step = 0; step < steps; ++step) {
-    const uint8_t* prefetch = step == 0 ? next_keys : nullptr;
-    if constexpr (Codec::kZmm == 1) {
-      ValuePass<Codec, ROWS, kRowBlocks, 0, 1>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
-    } else if constexpr (kRowBlocks == 1) {
-      ValuePass<Codec, ROWS, 1, 0, 2>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
-    } else {  // two row blocks and two registers per step: one pass per register (the step is expanded twice)
-      ValuePass<Codec, ROWS, 2, 0, 1>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
-      ValuePass<Codec, ROWS, 2, 1, 1>(state, values, value_bytes, n, step, nullptr, 0, ws);
+  if constexpr (kRowBlocks == 3) {
+    ValueBlockWide<Codec, ROWS>(state, values, value_bytes, n, head_dim, next_keys, next_key_bytes, ws);
+  } else {
+    const int steps = head_dim / Codec::kStepCoords;
+    for (int step = 0; step < steps; ++step) {
+      const uint8_t* prefetch = step == 0 ? next_keys : nullptr;
+      if constexpr (Codec::kZmm == 1) {
+        ValuePass<Codec, ROWS, kRowBlocks, 0, 1>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
+      } else if constexpr (kRowBlocks == 1) {
+        ValuePass<Codec, ROWS, 1, 0, 2>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
+      } else {  // two row blocks and two registers per step: one pass per register (the step is expanded twice)
+        ValuePass<Codec, ROWS, 2, 0, 1>(state, values, value_bytes, n, step, prefetch, next_key_bytes, ws);
+        ValuePass<Codec, ROWS, 2, 1, 1>(state, values, value_bytes, n, step, nullptr, 0, ws);
+      }
     }
   }
 }
@@ -624,7 +714,15 @@ void AttendFormat(const KernelTask& task) {
     case 5: return AttendTask<Codec, 5>(task);
     case 6: return AttendTask<Codec, 6>(task);
     case 7: return AttendTask<Codec, 7>(task);
-    default: return AttendTask<Codec, 8>(task);
+    case 8: return AttendTask<Codec, 8>(task);
+    case 9: return AttendTask<Codec, 9>(task);
+    case 10: return AttendTask<Codec, 10>(task);
+    case 11: return AttendTask<Codec, 11>(task);
+    case 12: return AttendTask<Codec, 12>(task);
+    case 13: return AttendTask<Codec, 13>(task);
+    case 14: return AttendTask<Codec, 14>(task);
+    case 15: return AttendTask<Codec, 15>(task);
+    default: return AttendTask<Codec, 16>(task);
   }
 }
 

@@ -260,13 +260,13 @@ MINIMAKV_AVX512_TARGET void LoadScales(const uint8_t* stored, int n, float* scal
 }
 
 struct alignas(64) Workspace {
-  float q[kMaxTaskRows][kMaxHeadDim];      // scaled queries, codec lane order
-  float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, codec lane order
-  float scores[kMaxTaskRows][kBlockKeys];  // base-2 scores, then weights times the value scale
+  float q[kMaxAvx512TaskRows][kMaxHeadDim];      // scaled queries, codec lane order
+  float acc[kMaxAvx512TaskRows][kMaxHeadDim];    // unnormalized outputs, codec lane order
+  float scores[kMaxAvx512TaskRows][kBlockKeys];  // base-2 scores, then weights times the value scale
   float key_scale[kBlockKeys];
   float value_scale[kBlockKeys];
-  float running_max[kMaxTaskRows];
-  float running_sum[kMaxTaskRows];
+  float running_max[kMaxAvx512TaskRows];
+  float running_sum[kMaxAvx512TaskRows];
 };
 
 // Scores of keys [0, n) of a block for ROWS rows: ws.scores[r][j] = q_r . k_j (unscaled by the key scale).
@@ -453,8 +453,10 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
   }
 }
 
+// Tasks of up to kMaxAvx512TaskRows rows (MaxTaskRowsOf, cpu_dispatch.cpp: the planner never gives more).
 template <typename Codec>
 void AttendFormat(const KernelTask& task) {
+  static_assert(kMaxAvx512TaskRows == 8, "one case per row count below");
   switch (task.num_rows) {
     case 1: return AttendTask<Codec, 1>(task);
     case 2: return AttendTask<Codec, 2>(task);

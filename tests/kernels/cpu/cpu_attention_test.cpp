@@ -124,8 +124,13 @@ double RelL2(const float* got, const float* want, size_t n) {
 // the dispatcher prefers.
 const char* const kIsas[] = {"amx", "avx512", "scalar"};
 
-// Options that run `isa` for every format; false when this machine does not have it.
+// Options that run `isa` for every format ("auto": the dispatcher's choice per task, always true); false when
+// this machine does not have it.
 bool OptionsForIsa(const std::string& isa, CpuAttentionOptions* options) {
+  if (isa == "auto") {
+    options->family = CpuKernelFamily::kAuto;
+    return true;
+  }
   options->family = isa == "amx" ? CpuKernelFamily::kAmx : isa == "avx512" ? CpuKernelFamily::kAvx512
                                                                            : CpuKernelFamily::kScalar;
   return CpuKernelIsa(*options) == isa;
@@ -148,12 +153,9 @@ void ExpectMatchesReference(const float* out, const float* lse, const std::vecto
 
 using KernelParam = std::tuple<KvFormat, int /*head_dim*/, int /*group*/, std::string /*isa*/>;
 
-class CpuKernelVsReference : public ::testing::TestWithParam<KernelParam> {};
-
-TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
-  const auto [format, head_dim, group, isa] = GetParam();
-  CpuAttentionOptions isa_options;
-  if (!OptionsForIsa(isa, &isa_options)) GTEST_SKIP() << isa << " kernels do not run on this machine";
+// Direct decode of `isa` (with at most max_task_rows rows per task) against the reference on the same pages:
+// 6 sequences (q_len 1-3: rows = tokens x heads of the group), 1 and 2 threads, two query scales.
+void CheckKernelVsReference(KvFormat format, int head_dim, int group, const CpuAttentionOptions& isa_options) {
   constexpr int kKvHeads = 2;
   constexpr int kPageTokens = 16;
   // Empty, single-token, odd, exact-page, partly filled last page, several pages.
@@ -180,12 +182,22 @@ TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
       const Status status = ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options);
       ASSERT_TRUE(status.ok()) << status.ToString();
       ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse,
-                             std::string(CpuKernelIsa(options)) + " peak " + std::to_string(peak) + " threads " +
-                                 std::to_string(threads));
+                             std::string(CpuKernelIsaFor(options, format, group, head_dim)) + " max_task_rows " +
+                                 std::to_string(options.max_task_rows) + " peak " + std::to_string(peak) +
+                                 " threads " + std::to_string(threads));
       EXPECT_TRUE(out.CanariesIntact());
       EXPECT_TRUE(lse.CanariesIntact());
     }
   }
+}
+
+class CpuKernelVsReference : public ::testing::TestWithParam<KernelParam> {};
+
+TEST_P(CpuKernelVsReference, MatchesOnSamePages) {
+  const auto [format, head_dim, group, isa] = GetParam();
+  CpuAttentionOptions isa_options;
+  if (!OptionsForIsa(isa, &isa_options)) GTEST_SKIP() << isa << " kernels do not run on this machine";
+  CheckKernelVsReference(format, head_dim, group, isa_options);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelVsReference,
@@ -199,8 +211,72 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelVsReference,
                                   "_" + std::get<3>(info.param);
                          });
 
+// GQA groups of 9-16 (GLM-4.5 / Qwen3-Coder-480B: 12; Qwen3-235B-A22B, Llama-3.1-405B: 16): one task of the
+// whole group on AMX and scalar, pieces of 8 on AVX-512, the dispatcher's choice for auto; and max_task_rows 8
+// (every family in pieces of 8, the layout before 16-row tasks). q_len 3 and 2 give 48 and 32 rows per sequence.
+class CpuKernelLargeGroups : public ::testing::TestWithParam<KernelParam> {};
+
+TEST_P(CpuKernelLargeGroups, MatchesOnSamePages) {
+  const auto [format, head_dim, group, isa] = GetParam();
+  CpuAttentionOptions isa_options;
+  if (!OptionsForIsa(isa, &isa_options)) GTEST_SKIP() << isa << " kernels do not run on this machine";
+  for (int max_task_rows : {cpu::kMaxTaskRows, cpu::kNarrowTaskRows}) {
+    CpuAttentionOptions options = isa_options;
+    options.max_task_rows = max_task_rows;
+    CheckKernelVsReference(format, head_dim, group, options);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelLargeGroups,
+                         ::testing::Combine(::testing::Values(KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3),
+                                            ::testing::Values(64, 128, 256), ::testing::Values(9, 12, 16),
+                                            ::testing::Values("amx", "avx512", "scalar", "auto")),
+                         [](const ::testing::TestParamInfo<KernelParam>& info) {
+                           return std::string(KvFormatName(std::get<0>(info.param))) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_g" +
+                                  std::to_string(std::get<2>(info.param)) + "_" + std::get<3>(info.param);
+                         });
+
+// The planner's rows per task (TaskRowsFor): groups up to 8 as before (whole groups within 8 rows), larger
+// groups whole on the families that take 16 rows, in pieces of 8 on AVX-512 or with max_task_rows 8.
+TEST(CpuDispatch, TaskRowsFollowEachFamilysLimit) {
+  // A family the machine lacks runs the next one down (UsableIsa), with that one's limit.
+  const bool amx_takes_16 = cpu::MaxTaskRowsOf(cpu::UsableIsa(cpu::CpuIsa::kAmx)) == cpu::kMaxTaskRows;
+  const bool avx512_takes_16 = cpu::MaxTaskRowsOf(cpu::UsableIsa(cpu::CpuIsa::kAvx512)) == cpu::kMaxTaskRows;
+  auto rows = [](CpuKernelFamily family, KvFormat format, int group, int max_task_rows) {
+    return cpu::TaskRowsFor(family, false, format, group, 128, max_task_rows);
+  };
+  for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 1, 16), 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 3, 16), 6);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 8, 16), 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 12, 16), 12);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 16, 16), 16);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 32, 16), 16);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 16, 8), 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kScalar, format, 12, 4), 4);
+    EXPECT_EQ(rows(CpuKernelFamily::kAvx512, format, 16, 16), avx512_takes_16 ? 16 : 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kAvx512, format, 12, 16), avx512_takes_16 ? 12 : 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kAmx, format, 12, 16), amx_takes_16 ? 12 : 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kAmx, format, 24, 16), amx_takes_16 ? 16 : 8);
+    EXPECT_EQ(rows(CpuKernelFamily::kAmx, format, 16, 8), 8);
+    // What runs a task of the planned rows is never a family that takes fewer.
+    for (CpuKernelFamily family : {CpuKernelFamily::kAuto, CpuKernelFamily::kAmx, CpuKernelFamily::kAvx512,
+                                   CpuKernelFamily::kScalar}) {
+      for (int group : {1, 4, 8, 9, 12, 16, 24}) {
+        for (int d : {64, 128, 256}) {
+          const int planned = cpu::TaskRowsFor(family, false, format, group, d, cpu::kMaxTaskRows);
+          EXPECT_LE(planned, cpu::MaxTaskRowsOf(cpu::SelectIsa(family, false, format, planned, d)))
+              << KvFormatName(format) << " group " << group << " d " << d;
+        }
+      }
+    }
+  }
+}
+
 // Prefill-like calls: many query tokens per sequence (row blocks of whole GQA groups, every row count 1..8
-// reached), odd groups, several pages.
+// reached; groups 9-15 give AMX and scalar tasks of 9-15 rows and AVX-512 pieces of 8 + 1..7), odd groups,
+// several pages.
 TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
   constexpr int kHeadDim = 64;
   constexpr int kKvHeads = 2;
@@ -213,7 +289,7 @@ TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
     ASSERT_TRUE(BuildSyntheticPool({format, kKvHeads, kHeadDim, 16}, &rotation, WholeSequences(lengths),
                                    SourceOf(batch), 5, &pool).ok());
     const PagedKvView view = pool.View();
-    for (int group : {1, 3, 5, 7}) {
+    for (int group : {1, 3, 5, 7, 9, 10, 11, 13, 14, 15}) {
       for (int q_len : {5, 9, 13, 27}) {
         const int q_heads = kKvHeads * group;
         const QueryBatch qb = MakeQueries({q_len, q_len - 2}, q_heads, kHeadDim, 2.0f, 61);
@@ -359,10 +435,16 @@ TEST(CpuDispatch, AutoChoosesPerShapeAsMeasured) {
     EXPECT_STREQ(CpuKernelIsaFor(options, e.format, e.group, e.head_dim), e.isa)
         << KvFormatName(e.format) << " group " << e.group << " d " << e.head_dim;
   }
-  // Groups above 8 run tasks of 8 rows: the same choice as 8.
+  // Groups of 9-16 run one AMX task per group (Qwen3-235B-A22B: group 16, d 128; GLM-4.5: 12); with
+  // max_task_rows 8 they run tasks of 8 rows: the same choice as group 8.
   for (KvFormat format : {KvFormat::kBf16, KvFormat::kFp8, KvFormat::kTq3}) {
     for (int d : {64, 128, 256}) {
-      EXPECT_STREQ(CpuKernelIsaFor(options, format, 16, d), CpuKernelIsaFor(options, format, 8, d));
+      for (int group : {9, 12, 16}) {
+        EXPECT_STREQ(CpuKernelIsaFor(options, format, group, d), "amx") << KvFormatName(format) << " group " << group;
+      }
+      CpuAttentionOptions narrow = options;
+      narrow.max_task_rows = cpu::kNarrowTaskRows;
+      EXPECT_STREQ(CpuKernelIsaFor(narrow, format, 16, d), CpuKernelIsaFor(options, format, 8, d));
     }
   }
   // The two-argument form is the Llama-3-8B decode shape.
@@ -502,6 +584,14 @@ TEST_F(CpuAttentionErrors, RejectsBadArgumentsWithClearMessages) {
                 .message()
                 .find("num_threads 0"),
             std::string::npos);
+  for (int bad_rows : {0, cpu::kMaxTaskRows + 1}) {
+    CpuAttentionOptions bad_task_rows;
+    bad_task_rows.max_task_rows = bad_rows;
+    EXPECT_NE(ComputePartialStatesCpu(view, queries, &rotation_, {out_.data(), lse_.data()}, bad_task_rows)
+                  .message()
+                  .find("max_task_rows " + std::to_string(bad_rows)),
+              std::string::npos);
+  }
 }
 
 // ---- merge ----
