@@ -107,9 +107,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   for (size_t start = 0; start <= isas_text.size();) {
     const size_t comma = std::min(isas_text.find(',', start), isas_text.size());
     const std::string isa = isas_text.substr(start, comma - start);
-    if (isa != "auto" && isa != "amx" && isa != "avx512" && isa != "scalar") {
-      std::fprintf(stderr, "%s: error: bad value for --isa: '%s' is not one of auto, amx, avx512, scalar\n",
-                   command.c_str(), isa.c_str());
+    CpuAttentionOptions isa_options;  // validates FAMILY[:N] (BenchIsaOptions, tools/decode_bench.h)
+    const Status isa_status = BenchIsaOptions(isa, &isa_options);
+    if (!isa_status.ok()) {
+      std::fprintf(stderr, "%s: error: bad value for --isa: %s\n", command.c_str(), isa_status.message().c_str());
       return kExitUsage;
     }
     config.isas.push_back(isa);
