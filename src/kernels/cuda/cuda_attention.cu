@@ -121,6 +121,13 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_BF16_TWO_TILE_CTAS
 #define MINIMAKV_BF16_TWO_TILE_CTAS 4
 #endif
+// - MINIMAKV_FP8_LAZY_MAX (v18): 1 = the FP8 kernels at d = 64 and with two head tiles take TQ3's lazy softmax step
+//   (kLazyMax: no shuffle max while a unit's scores stay within kLazyMaxMargin of the running max); 0 = the full
+//   update every tile as before. A / B lever (docs/cuda-notes.md v18).
+#ifndef MINIMAKV_FP8_LAZY_MAX
+#define MINIMAKV_FP8_LAZY_MAX 1
+#endif
+constexpr bool kLazyFp8 = MINIMAKV_FP8_LAZY_MAX != 0;
 constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
 constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
 constexpr bool kTwoHeadTiles = MINIMAKV_TWO_HEAD_TILES != 0;
@@ -1340,7 +1347,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   __shared__ Tq3Tables shared_tables[kWarpSize];
   if (threadIdx.x < kWarpSize) shared_tables[threadIdx.x] = MakeTq3Tables();
   constexpr bool kImma = kFormat == KvFormat::kTq3;  // TQ3 scores on the integer tensor cores (v9)
-  constexpr bool kLazyMax = kFormat == KvFormat::kTq3;  // v9: softmax without reductions while scores stay near the max
+  // v9: softmax without reductions while scores stay near the max (TQ3); v18: also FP8 at d = 64 and with two head
+  // tiles, whose loops spend the most instructions per byte (the shuffle max of 2 x kHeadTiles heads per unit).
+  constexpr bool kLazyMax = kFormat == KvFormat::kTq3 || (kLazyFp8 && (kHeadTiles == 2 || kHeadDim == 64));
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kRows];
   __shared__ float q_rows[kImma ? kRows * kHeadDim : 1];  // the CTA's rotated query rows
