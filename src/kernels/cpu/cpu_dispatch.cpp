@@ -80,11 +80,15 @@ CpuKernelFamily EnvironmentFamily() {
 // AVX-512.
 // Rows 9..16 (GQA groups of 9-16 as one task, AMX only: the other families cut them into tasks of 8, see
 // TaskRowsFor): one letter per (format, head_dim), so every piece of a group above 16 (16 + remainder) runs
-// the same family. 'A' wherever the AMX kernels run rows 8 today; where AVX-512 runs rows 8 (BF16 d 128 and
-// d 256, FP8 d 256 row 8 is A) a 16-row AMX task still reads and converts each key once instead of twice
-// (two AVX-512 tasks of 8), and its products cost a third of the FMA work per row on the tile unit;
-// measured at the Qwen3-235B shape (group 16, d 128) in the A/B of this session (max_task_rows 8 vs 16,
-// docs/BENCHMARKS.md section 3 once recorded). The other head_dims follow d 128 (not measured).
+// the same family. Measured at the Qwen3-235B shape (group 16, d 128), `minimakv bench --shape qwen3-235b
+// --context 32768 --batch 1,4 --threads 2 --isa amx:8,avx512,amx --paths bf16,fp8,tq3` (03:54 UTC, load ~1.0),
+// us per step, batch 1 | batch 4:
+//   amx, 16-row tasks   bf16 4932 | 20523   fp8 5015 | 17185   tq3 4569 | 15537
+//   amx, tasks of 8     bf16 6862 | 27128   fp8 5745 | 22929   tq3 5334 | 18206
+//   avx512 (8 rows)     bf16 9165 | 29606   fp8 10335 | 34147  tq3 6232 | 24368
+// so 'A' for every format at d 128 (BF16 too, whose rows 1..8 run AVX-512). d 64 and d 256 follow d 128 (not
+// measured: one 16-row AMX task reads and converts each key and value once instead of twice, and its 48 score
+// columns / weight rows take 3 C tiles per product where two tasks of 8 take 2 + 2).
 constexpr int kTableRows = kMaxTaskRows;
 constexpr char kAutoTable[3][3][kTableRows + 1] = {
     // rows 1..8 | 9..16, per head_dim 64 / 128 / 256

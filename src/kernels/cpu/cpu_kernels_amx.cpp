@@ -30,6 +30,9 @@
 // Measured in `minimakv bench --isa amx,avx512` (Llama shape, 32K tokens, batch 1, 2 threads, AMX time over
 // AVX-512 time): FP8 0.89x, TQ3 0.71x with the one-part units (0.8-1.25x with the former two-part centroids),
 // BF16 1.08x. Which family runs for each (format, task rows, head_dim) is decided in cpu_dispatch.cpp.
+// Tasks of 11-16 rows (GQA groups of 9-16 are one task) use three score C tiles and ValueBlockWide; at the
+// Qwen3-235B shape (group 16, d 128, 32K, 2 threads) one 16-row task took 0.72-0.87x the time of two 8-row AMX
+// tasks (cpu_dispatch.cpp has the figures).
 // TQ3 codes (nibble layout of tq3_codec.h) expand by VPSRLVW + VPERMW lookups of a 4x repeated unit table, the
 // spill coordinates through a GF2P8AFFINEQB bit transpose (Tq3Amx::Expand: 6 vector operations per 64
 // coordinates; sessions 3-5's bit-plane layout took 5, a transpose for all 64).
