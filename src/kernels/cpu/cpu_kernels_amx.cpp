@@ -87,9 +87,10 @@ constexpr int kKeyTile = 16;         // keys per score tile (C rows)
 constexpr int kValueKeys = 32;       // keys per value product (the K of one TDPBF16PS)
 constexpr int kMaxHeadDim = 256;
 constexpr int kQueryParts = 3;       // bf16 parts of an fp32 query coordinate or softmax weight
-constexpr int kMaxColumnBlocks = 3;  // kQueryParts * kMaxTaskRows = 48 columns: three C tiles
-constexpr int kMaxColumns = kMaxColumnBlocks * kTileCols;
-static_assert(kQueryParts * kMaxTaskRows <= kMaxColumns, "score columns fit the C tiles");
+// Score columns / weight rows of a task, kQueryParts per row, in C tiles of 16: tasks of up to kNarrowTaskRows
+// rows take 2 (24), wider ones 3 (48).
+constexpr int ColumnBlocksFor(int row_capacity) { return (kQueryParts * row_capacity + kTileCols - 1) / kTileCols; }
+static_assert(ColumnBlocksFor(kMaxTaskRows) == 3, "three C tiles hold the 48 columns of 16 rows");
 constexpr int kFp8TableEntries = 128;
 constexpr int kTq3Indices = 8;
 
@@ -317,28 +318,35 @@ MINIMAKV_AMX_TARGET void LoadScales(const uint8_t* stored, int n, float* scales)
   }
 }
 
+// Scratch of one task with up to kRowCapacity rows. Tasks of up to kNarrowTaskRows rows get the layout they had
+// before 16-row tasks (the wide tasks' v_block sits at the end, untouched by them).
+template <int kRowCapacity>
 struct alignas(64) Workspace {
+  static constexpr int kColumnBlocks = ColumnBlocksFor(kRowCapacity);
   // Query parts as B tiles: [32-coordinate chunk][column block][row pair][32 bf16] (VNNI pairs).
-  uint16_t q_tiles[kMaxHeadDim / kTileBf16][kMaxColumnBlocks][kTileRows][kTileBf16];
+  uint16_t q_tiles[kMaxHeadDim / kTileBf16][kColumnBlocks][kTileRows][kTileBf16];
   // Expanded keys of one score tile: [key][expansion position].
   uint16_t key_tiles[kKeyTile][kMaxHeadDim];
   // Weight parts as A tiles: [32-key sub-block][row block][row p*R + r][key].
-  uint16_t p_tiles[kBlockKeys / kValueKeys][kMaxColumnBlocks][kTileRows][kTileBf16];
+  uint16_t p_tiles[kBlockKeys / kValueKeys][kColumnBlocks][kTileRows][kTileBf16];
   // Values of one 32-key sub-block and one step as B tiles: [16-coordinate chunk][key pair][32 bf16].
   uint16_t v_tiles[4][kTileRows][kTileBf16];
-  // Tasks of more than 32 weight rows (ValueBlockWide): the values of a whole block and one step as B tiles,
-  // [32-key sub-block][16-coordinate chunk][key pair][32 bf16].
-  uint16_t v_block[kBlockKeys / kValueKeys][4][kTileRows][kTileBf16];
   float c_tiles[4][kTileRows][kTileCols];  // stored C tiles
-  float transposed[kMaxColumns][kTileCols];
-  float acc[kMaxTaskRows][kMaxHeadDim];    // unnormalized outputs, value position order
-  float scores[kMaxTaskRows][kBlockKeys];  // base-2 scores times the key scales
+  float transposed[kColumnBlocks * kTileCols][kTileCols];
+  float acc[kRowCapacity][kMaxHeadDim];    // unnormalized outputs, value position order
+  float scores[kRowCapacity][kBlockKeys];  // base-2 scores times the key scales
   float key_scale[kBlockKeys];
   float value_scale[kBlockKeys];
-  float block_max[kMaxTaskRows][kLanes];  // per row, lane-wise maximum of this block's scaled scores
-  float running_max[kMaxTaskRows];
-  float running_sum[kMaxTaskRows];
+  float block_max[kRowCapacity][kLanes];  // per row, lane-wise maximum of this block's scaled scores
+  float running_max[kRowCapacity];
+  float running_sum[kRowCapacity];
+  // Tasks of more than 32 weight rows (ValueBlockWide): the values of a whole block and one step as B tiles,
+  // [32-key sub-block][16-coordinate chunk][key pair][32 bf16] (one unused sub-block in the narrow layout).
+  uint16_t v_block[kColumnBlocks == 3 ? kBlockKeys / kValueKeys : 1][4][kTileRows][kTileBf16];
 };
+// The workspace of a task of ROWS rows.
+template <int ROWS>
+using WorkspaceFor = Workspace<(ROWS <= kNarrowTaskRows ? kNarrowTaskRows : kMaxTaskRows)>;
 
 // Value position e (accumulator order) -> expansion position, inside a step: register z, chunk half h, column n.
 template <typename Codec>
@@ -354,7 +362,7 @@ int ValueExpansionPosition(int e) {
 // Scores of keys [0, n) of a block: ws.scores[r][j] = q_r . k_j (not yet times the key scale).
 template <typename Codec, int ROWS>
 MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const uint8_t* keys, size_t key_bytes,
-                                    const uint8_t* values, int n, int head_dim, Workspace& ws) {
+                                    const uint8_t* values, int n, int head_dim, WorkspaceFor<ROWS>& ws) {
   constexpr int kColumnBlocks = (kQueryParts * ROWS + kTileCols - 1) / kTileCols;
   const int chunks = head_dim / kTileBf16;
   const int steps = head_dim / Codec::kStepCoords;
@@ -439,7 +447,7 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
 // scale (zero past n). The scores already carry the key scales and ws.block_max holds their maximum per row
 // (ScoreBlock). The rescale factors of all rows come from one vector Exp2 instead of a libm call per row.
 template <int ROWS>
-MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scales, Workspace& ws) {
+MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scales, WorkspaceFor<ROWS>& ws) {
   alignas(64) float new_max[kLanes] = {};
   alignas(64) float rescale[kLanes];
   for (int r = 0; r < ROWS; ++r) new_max[r] = std::fmax(ws.running_max[r], _mm512_reduce_max_ps(_mm512_load_ps(ws.block_max[r])));
@@ -481,7 +489,7 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scal
 // row blocks. C tiles: 0, 1 (chunks of register Z0, row block 0), 2, 3 (the next register, or row block 1).
 template <typename Codec, int ROWS, int MB, int Z0, int ZN>
 MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
-                                   int n, int step, const uint8_t* next_keys, size_t next_key_bytes, Workspace& ws) {
+                                   int n, int step, const uint8_t* next_keys, size_t next_key_bytes, WorkspaceFor<ROWS>& ws) {
   static_assert(2 * ZN * MB <= 4, "four C tiles");
   TileZero<0>();
   TileZero<1>();
@@ -561,7 +569,7 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
 template <typename Codec, int ROWS>
 MINIMAKV_AMX_TARGET void ValueBlockWide(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
                                         int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
-                                        Workspace& ws) {
+                                        WorkspaceFor<ROWS>& ws) {
   constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
   static_assert(kRowBlocks == 3, "the wide pass is for three row blocks");
   constexpr int kChunks = 2 * Codec::kZmm;  // 16-coordinate chunks per step
@@ -629,7 +637,7 @@ MINIMAKV_AMX_TARGET void ValueBlockWide(const typename Codec::State& state, cons
 template <typename Codec, int ROWS>
 MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const uint8_t* values, size_t value_bytes,
                                     int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
-                                    Workspace& ws) {
+                                    WorkspaceFor<ROWS>& ws) {
   constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
   if constexpr (kRowBlocks == 3) {
     ValueBlockWide<Codec, ROWS>(state, values, value_bytes, n, head_dim, next_keys, next_key_bytes, ws);
@@ -653,7 +661,7 @@ template <typename Codec, int ROWS>
 MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   const PageLayout& layout = task.view->layout;
   const int d = layout.head_dim;
-  Workspace ws;
+  WorkspaceFor<ROWS> ws;
   // 1. Query parts as B tiles, in the keys' expansion order; unused columns zero.
   std::memset(ws.q_tiles, 0, sizeof ws.q_tiles);
   std::memset(ws.p_tiles, 0, sizeof ws.p_tiles);
