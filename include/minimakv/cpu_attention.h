@@ -4,7 +4,8 @@
 // Every kernel reads the pages in place: BF16 and FP8 codes are widened a register at a time, TQ3 is scored in
 // the rotated domain (query rotated once per head, score = scale_k * sum_i q'_i c[idx_i], values accumulated
 // rotated, one inverse rotation per (query token, head) at the end). Nothing is dequantized to a cache-sized
-// buffer. Each key and value is unpacked once per KV head and shared by the query heads of its GQA group.
+// buffer. Each key and value is unpacked once per KV head and shared by the query heads of its GQA group: up to
+// 16 query rows per task on AMX (and the scalar reference), 8 on AVX-512 (larger groups: pieces of 8).
 //
 // Work is split over (sequence, KV head, block of up to 16 query rows) and, when that gives too few items for the
 // threads, over page ranges of a sequence whose partial states are merged afterwards.
