@@ -485,6 +485,29 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scal
   }
 }
 
+// Keys ka and ka + 1 of a value block expanded for step `step` (a key at or past n expands to zeros), and the
+// next block's keys prefetched two lines per pair, spread over the pairs so the prefetches do not queue up.
+template <typename Codec>
+MINIMAKV_AMX_TARGET inline void ExpandValuePair(const typename Codec::State& state, const uint8_t* values,
+                                                size_t value_bytes, int n, int ka, int step, bool prefetch,
+                                                const uint8_t* next_keys, size_t next_key_bytes,
+                                                __m512i (&xa)[Codec::kZmm], __m512i (&xb)[Codec::kZmm]) {
+  if (prefetch && next_keys != nullptr && size_t(ka) * value_bytes < next_key_bytes) {
+    PrefetchL2(next_keys + size_t(ka) * value_bytes, std::min(2 * value_bytes, next_key_bytes - size_t(ka) * value_bytes));
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  if (ka < n) {
+    Codec::Expand(state, values + size_t(ka) * value_bytes, step, xa);
+  } else {
+    for (auto& x : xa) x = zero;
+  }
+  if (ka + 1 < n) {
+    Codec::Expand(state, values + size_t(ka + 1) * value_bytes, step, xb);
+  } else {
+    for (auto& x : xb) x = zero;
+  }
+}
+
 // One value pass: coordinates of registers [Z0, Z0 + ZN) of step `step`, all keys of the block, rows in MB
 // row blocks. C tiles: 0, 1 (chunks of register Z0, row block 0), 2, 3 (the next register, or row block 1).
 template <typename Codec, int ROWS, int MB, int Z0, int ZN>
@@ -497,26 +520,12 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
     TileZero<2>();
     TileZero<3>();
   }
-  const __m512i zero = _mm512_setzero_si512();
   for (int sb = 0; sb * kValueKeys < n; ++sb) {
     for (int i = 0; i < kTileRows; ++i) {
-      const int ka = sb * kValueKeys + 2 * i;
-      // The next block's keys, two keys' lines per pair: spread out, so the prefetches do not queue up.
-      if (next_keys != nullptr && size_t(ka) * value_bytes < next_key_bytes) {
-        PrefetchL2(next_keys + size_t(ka) * value_bytes, std::min(2 * value_bytes, next_key_bytes - size_t(ka) * value_bytes));
-      }
       __m512i xa[Codec::kZmm];
       __m512i xb[Codec::kZmm];
-      if (ka < n) {
-        Codec::Expand(state, values + size_t(ka) * value_bytes, step, xa);
-      } else {
-        for (auto& x : xa) x = zero;
-      }
-      if (ka + 1 < n) {
-        Codec::Expand(state, values + size_t(ka + 1) * value_bytes, step, xb);
-      } else {
-        for (auto& x : xb) x = zero;
-      }
+      ExpandValuePair<Codec>(state, values, value_bytes, n, sb * kValueKeys + 2 * i, step, true, next_keys,
+                             next_key_bytes, xa, xb);
       for (int z = Z0; z < Z0 + ZN; ++z) {
         _mm512_store_si512(ws.v_tiles[2 * (z - Z0)][i], _mm512_unpacklo_epi16(xa[z], xb[z]));
         _mm512_store_si512(ws.v_tiles[2 * (z - Z0) + 1][i], _mm512_unpackhi_epi16(xa[z], xb[z]));
@@ -575,27 +584,14 @@ MINIMAKV_AMX_TARGET void ValueBlockWide(const typename Codec::State& state, cons
   constexpr int kChunks = 2 * Codec::kZmm;  // 16-coordinate chunks per step
   const int steps = head_dim / Codec::kStepCoords;
   const int sub_blocks = (n + kValueKeys - 1) / kValueKeys;
-  const __m512i zero = _mm512_setzero_si512();
   for (int step = 0; step < steps; ++step) {
     for (int sb = 0; sb < sub_blocks; ++sb) {
       for (int i = 0; i < kTileRows; ++i) {
-        const int ka = sb * kValueKeys + 2 * i;
-        // The next block's keys, two keys' lines per pair, during the first step (as ValuePass).
-        if (step == 0 && next_keys != nullptr && size_t(ka) * value_bytes < next_key_bytes) {
-          PrefetchL2(next_keys + size_t(ka) * value_bytes, std::min(2 * value_bytes, next_key_bytes - size_t(ka) * value_bytes));
-        }
         __m512i xa[Codec::kZmm];
         __m512i xb[Codec::kZmm];
-        if (ka < n) {
-          Codec::Expand(state, values + size_t(ka) * value_bytes, step, xa);
-        } else {
-          for (auto& x : xa) x = zero;
-        }
-        if (ka + 1 < n) {
-          Codec::Expand(state, values + size_t(ka + 1) * value_bytes, step, xb);
-        } else {
-          for (auto& x : xb) x = zero;
-        }
+        // The next block's keys are prefetched during the first step only (ValuePass: once per pass).
+        ExpandValuePair<Codec>(state, values, value_bytes, n, sb * kValueKeys + 2 * i, step, step == 0, next_keys,
+                               next_key_bytes, xa, xb);
         for (int z = 0; z < Codec::kZmm; ++z) {
           _mm512_store_si512(ws.v_block[sb][2 * z][i], _mm512_unpacklo_epi16(xa[z], xb[z]));
           _mm512_store_si512(ws.v_block[sb][2 * z + 1][i], _mm512_unpackhi_epi16(xa[z], xb[z]));
