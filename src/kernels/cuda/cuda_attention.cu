@@ -2340,43 +2340,33 @@ Status PartialOccupancy(int* ctas_per_sm) {
                                                     TileLayout<kFormat, kHeadDim, kHeadTiles>::kSmemBytes),
       "occupancy query");
 }
-// cta_heads: query heads per CTA (> kMaxGroup: the two-tile kernel, HasTwoHeadTiles only).
-Status PartialOccupancyFor(KvFormat format, int head_dim, int cta_heads, int* ctas_per_sm) {
+// The one runtime -> template dispatch of the partial kernels (occupancy in the plan, launches in the run):
+// calls fn.template operator()<format, head_dim, head tiles>() for the kernel that serves CTAs of cta_heads query
+// heads (> kMaxGroup: the two-tile kernel, which exists for BF16 at every head_dim and FP8 / TQ3 at 64 / 128).
+template <typename Fn>
+Status WithPartialKernel(KvFormat format, int head_dim, int cta_heads, Fn&& fn) {
   const bool two = cta_heads > kMaxGroup;
-  if (head_dim == 256) {
+  auto for_dim = [&]<int kHeadDim>() -> Status {
+    auto for_format = [&]<KvFormat kFormat>() -> Status {
+      if constexpr (kFormat == KvFormat::kBf16 || kHeadDim <= 128) {
+        if (two) return fn.template operator()<kFormat, kHeadDim, 2>();
+      }
+      if (two) return Status::Internal("no two-head-tile kernel for this format / head_dim");
+      return fn.template operator()<kFormat, kHeadDim, 1>();
+    };
     switch (format) {
-      case KvFormat::kBf16:
-        return two ? PartialOccupancy<KvFormat::kBf16, 256, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kBf16, 256>(ctas_per_sm);
-      case KvFormat::kFp8: return PartialOccupancy<KvFormat::kFp8, 256>(ctas_per_sm);
-      case KvFormat::kTq3: return PartialOccupancy<KvFormat::kTq3, 256>(ctas_per_sm);
+      case KvFormat::kBf16: return for_format.template operator()<KvFormat::kBf16>();
+      case KvFormat::kFp8: return for_format.template operator()<KvFormat::kFp8>();
+      case KvFormat::kTq3: return for_format.template operator()<KvFormat::kTq3>();
     }
-  } else if (head_dim == 128) {
-    switch (format) {
-      case KvFormat::kBf16:
-        return two ? PartialOccupancy<KvFormat::kBf16, 128, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kBf16, 128>(ctas_per_sm);
-      case KvFormat::kFp8:
-        return two ? PartialOccupancy<KvFormat::kFp8, 128, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kFp8, 128>(ctas_per_sm);
-      case KvFormat::kTq3:
-        return two ? PartialOccupancy<KvFormat::kTq3, 128, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kTq3, 128>(ctas_per_sm);
-    }
-  } else {
-    switch (format) {
-      case KvFormat::kBf16:
-        return two ? PartialOccupancy<KvFormat::kBf16, 64, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kBf16, 64>(ctas_per_sm);
-      case KvFormat::kFp8:
-        return two ? PartialOccupancy<KvFormat::kFp8, 64, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kFp8, 64>(ctas_per_sm);
-      case KvFormat::kTq3:
-        return two ? PartialOccupancy<KvFormat::kTq3, 64, 2>(ctas_per_sm)
-                   : PartialOccupancy<KvFormat::kTq3, 64>(ctas_per_sm);
-    }
+    return Status::Internal("unknown format");
+  };
+  switch (head_dim) {
+    case 256: return for_dim.template operator()<256>();
+    case 128: return for_dim.template operator()<128>();
+    case 64: return for_dim.template operator()<64>();
   }
-  return Status::Internal("unknown format");
+  return Status::Internal("partial kernel for head_dim " + std::to_string(head_dim));
 }
 
 // A kernel launch; programmatic = may overlap the previous kernel of the stream (see AllowDependentLaunch).
@@ -2406,31 +2396,6 @@ Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaSt
   return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), dim3(unsigned(items), head_ctas),
                                 dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
-}
-
-template <int kHeadDim>
-Status LaunchPartialFor(KvFormat format, const DecodeParams& params, int items, int kv_heads, cudaStream_t stream,
-                        bool programmatic) {
-  // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
-  const bool two = params.tile_heads > kMaxGroup;
-  if (two && format == KvFormat::kBf16) {
-    return LaunchPartial<KvFormat::kBf16, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
-  }
-  if constexpr (kHeadDim <= 128) {
-    if (two && format == KvFormat::kFp8) {
-      return LaunchPartial<KvFormat::kFp8, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
-    }
-    if (two && format == KvFormat::kTq3) {
-      return LaunchPartial<KvFormat::kTq3, kHeadDim, 2>(params, items, kv_heads, stream, programmatic);
-    }
-  }
-  if (two) return Status::Internal("no two-head-tile kernel for this format / head_dim");
-  switch (format) {
-    case KvFormat::kBf16: return LaunchPartial<KvFormat::kBf16, kHeadDim>(params, items, kv_heads, stream, programmatic);
-    case KvFormat::kFp8: return LaunchPartial<KvFormat::kFp8, kHeadDim>(params, items, kv_heads, stream, programmatic);
-    case KvFormat::kTq3: return LaunchPartial<KvFormat::kTq3, kHeadDim>(params, items, kv_heads, stream, programmatic);
-  }
-  return Status::Internal("unknown format");
 }
 
 }  // namespace
@@ -2504,7 +2469,10 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     // minimizing the modeled step time, waves(chunk) * (chunk + per-CTA overhead), waves = ceil(CTAs / resident
     // slots): whole waves, no mostly-empty last wave (a 1.45-wave split costs 27% of the bandwidth).
     int ctas_per_sm = 0;
-    MINIMAKV_RETURN_IF_ERROR(PartialOccupancyFor(view.format, shape.head_dim, plan.cta_heads_[v], &ctas_per_sm));
+    MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(view.format, shape.head_dim, plan.cta_heads_[v],
+                                               [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
+                                                 return PartialOccupancy<kFormat, kHeadDim, kHeadTiles>(&ctas_per_sm);
+                                               }));
     const int64_t slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
     int64_t max_seq_pages = 1;
     for (int s = 0; s < shape.num_seqs; ++s) {
@@ -2649,16 +2617,12 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.head_tiles = plan.head_ctas_[v];
     params.tile_heads = plan.cta_heads_[v];
     params.q_scale = shape.sm_scale * kLog2e;
-    if (shape.head_dim == 256) {
-      MINIMAKV_RETURN_IF_ERROR(
-          LaunchPartialFor<256>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
-    } else if (shape.head_dim == 128) {
-      MINIMAKV_RETURN_IF_ERROR(
-          LaunchPartialFor<128>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
-    } else {
-      MINIMAKV_RETURN_IF_ERROR(
-          LaunchPartialFor<64>(layout.format, params, plan.item_count_[v], shape.kv_heads, stream, programmatic));
-    }
+    // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
+    MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
+        layout.format, shape.head_dim, params.tile_heads, [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
+          return LaunchPartial<kFormat, kHeadDim, kHeadTiles>(params, plan.item_count_[v], shape.kv_heads, stream,
+                                                              programmatic);
+        }));
     programmatic = true;
   }
   return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, programmatic);
