@@ -485,6 +485,22 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scal
   }
 }
 
+// acc[r][position .. + 15] += the three query parts' products of row r: C row m = part * ROWS + r, held in C tile
+// tile_of(m) (the passes lay their row blocks and chunks out differently), row m % kTileRows; lo + mid + hi order.
+template <int ROWS, typename TileOf>
+MINIMAKV_AMX_TARGET inline void AddQueryParts(WorkspaceFor<ROWS>& ws, int position, TileOf tile_of) {
+  for (int r = 0; r < ROWS; ++r) {
+    const float* part_rows[kQueryParts];
+    for (int p = 0; p < kQueryParts; ++p) {
+      const int m = p * ROWS + r;
+      part_rows[p] = ws.c_tiles[tile_of(m)][m % kTileRows];
+    }
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(part_rows[2]), _mm512_load_ps(part_rows[1])),
+                                     _mm512_load_ps(part_rows[0]));
+    _mm512_store_ps(&ws.acc[r][position], _mm512_add_ps(_mm512_load_ps(&ws.acc[r][position]), sum));
+  }
+}
+
 // Keys ka and ka + 1 of a value block expanded for step `step` (a key at or past n expands to zeros), and the
 // next block's keys prefetched two lines per pair, spread over the pairs so the prefetches do not queue up.
 template <typename Codec>
@@ -555,18 +571,8 @@ MINIMAKV_AMX_TARGET void ValuePass(const typename Codec::State& state, const uin
   }
   // acc[r] += lo + mid + hi rows of each 16-coordinate chunk.
   for (int chunk = 0; chunk < 2 * ZN; ++chunk) {
-    const int position = step * Codec::kStepCoords + 32 * Z0 + 16 * chunk;
-    for (int r = 0; r < ROWS; ++r) {
-      const float* part_rows[kQueryParts];
-      for (int p = 0; p < kQueryParts; ++p) {
-        const int m = p * ROWS + r;
-        const int tile = MB == 2 ? chunk + 2 * (m / kTileRows) : chunk;
-        part_rows[p] = ws.c_tiles[tile][m % kTileRows];
-      }
-      const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(part_rows[2]), _mm512_load_ps(part_rows[1])),
-                                       _mm512_load_ps(part_rows[0]));
-      _mm512_store_ps(&ws.acc[r][position], _mm512_add_ps(_mm512_load_ps(&ws.acc[r][position]), sum));
-    }
+    AddQueryParts<ROWS>(ws, step * Codec::kStepCoords + 32 * Z0 + 16 * chunk,
+                        [&](int m) { return MB == 2 ? chunk + 2 * (m / kTileRows) : chunk; });
   }
 }
 
@@ -615,17 +621,7 @@ MINIMAKV_AMX_TARGET void ValueBlockWide(const typename Codec::State& state, cons
       TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
       TileStore<2>(ws.c_tiles[2], kTileCols * sizeof(float));
       // acc[r] += lo + mid + hi rows; chunk 2 z + h holds coordinates 32 z + 16 h of the step (as ValuePass).
-      const int position = step * Codec::kStepCoords + 16 * chunk;
-      for (int r = 0; r < ROWS; ++r) {
-        const float* part_rows[kQueryParts];
-        for (int p = 0; p < kQueryParts; ++p) {
-          const int m = p * ROWS + r;
-          part_rows[p] = ws.c_tiles[m / kTileRows][m % kTileRows];
-        }
-        const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(part_rows[2]), _mm512_load_ps(part_rows[1])),
-                                         _mm512_load_ps(part_rows[0]));
-        _mm512_store_ps(&ws.acc[r][position], _mm512_add_ps(_mm512_load_ps(&ws.acc[r][position]), sum));
-      }
+      AddQueryParts<ROWS>(ws, step * Codec::kStepCoords + 16 * chunk, [](int m) { return m / kTileRows; });
     }
   }
 }
