@@ -32,6 +32,14 @@ enum class CpuKernelFamily : uint8_t {
   kScalar,  // the portable scalar kernels (the reference)
 };
 
+// How the AMX TQ3 kernel computes its scores (the value pass is the same in both). The choice is made in one
+// place, kernels/cpu/cpu_dispatch.cpp; a machine without AMX-INT8 runs kBf16.
+enum class CpuTq3Scores : uint8_t {
+  kAuto,  // what measured faster per (task rows, head_dim) (cpu_dispatch.cpp; docs/BENCHMARKS.md section 3)
+  kBf16,  // key units as bf16 tiles, the query split into three bf16 parts (TDPBF16PS, 32 coordinates each)
+  kInt8,  // key units as int8 tiles, the query a 24-bit fixed point in three int8 digits (TDPBSSD, 64 each)
+};
+
 class ThreadPool;  // minimakv/thread_pool.h
 
 struct CpuAttentionOptions {
@@ -48,6 +56,8 @@ struct CpuAttentionOptions {
   // tasks of 8, each unpacking the keys again), kept for A/B runs (`minimakv bench --isa auto:8,auto`). The
   // AVX-512 kernels take at most 8 whatever this says (kernels/cpu/cpu_dispatch.cpp, TaskRowsFor).
   int max_task_rows = 16;
+  // TQ3 scores on AMX: bf16 or int8 tiles (only where the TQ3 tasks run on AMX).
+  CpuTq3Scores tq3_scores = CpuTq3Scores::kAuto;
 };
 
 // Name of the kernel family that runs for `format` on this machine with these options, for decode with `group`
@@ -61,6 +71,10 @@ const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format)
 // The same over all formats at the Llama-3-8B decode shape: one name when every format runs the same family,
 // else "amx+avx512" (kAuto on an AMX machine).
 const char* CpuKernelIsa(const CpuAttentionOptions& options);
+
+// Which AMX score variant the TQ3 tasks of a decode with `group` query heads per KV head run: "int8" or "bf16",
+// or "" when those tasks do not run on AMX.
+const char* CpuTq3ScoresFor(const CpuAttentionOptions& options, int group, int head_dim);
 
 // Partial states of every query token of every sequence over the tokens of ONE format's view.
 //   view      pages of one format; view.num_seqs must equal queries.num_seqs

@@ -120,13 +120,26 @@ Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path
   return Status::Ok();
 }
 
-Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options) {
+Status BenchIsaOptions(const std::string& isa_entry, CpuAttentionOptions* options) {
+  // "family/i8", "family/bf16": the AMX TQ3 score variant (CpuAttentionOptions::tq3_scores), for A/B runs of the
+  // two in one process.
+  std::string isa = isa_entry;
+  const size_t slash = isa.find('/');
+  if (slash != std::string::npos) {
+    const std::string scores = isa.substr(slash + 1);
+    if (scores != "i8" && scores != "bf16") {
+      return Status::InvalidArgument("isa '" + isa_entry + "': TQ3 scores after '/' must be i8 or bf16");
+    }
+    options->tq3_scores = scores == "i8" ? CpuTq3Scores::kInt8 : CpuTq3Scores::kBf16;
+    isa = isa.substr(0, slash);
+  }
   // "family:N": at most N query rows per kernel task (CpuAttentionOptions::max_task_rows), e.g. auto:8 for the
   // tasks of 8 rows that GQA groups above 8 ran as before 16-row AMX tasks.
   const size_t colon = isa.find(':');
   const std::string family = isa.substr(0, colon);
   if (family != "auto" && family != "amx" && family != "avx512" && family != "scalar") {
-    return Status::InvalidArgument("isa '" + isa + "' is not one of auto, amx, avx512, scalar (optionally :ROWS)");
+    return Status::InvalidArgument("isa '" + isa_entry +
+                                   "' is not one of auto, amx, avx512, scalar (optionally :ROWS, /i8 or /bf16)");
   }
   options->family = family == "amx"      ? CpuKernelFamily::kAmx
                     : family == "avx512" ? CpuKernelFamily::kAvx512
@@ -172,11 +185,16 @@ std::string PathIsa(const CpuAttentionOptions& options, const DecodeShape& shape
   return "amx+avx512";
 }
 
-// PathIsa, with ":N" when the options limit task rows below the default (so A/B rows of one family differ).
+// PathIsa, with ":N" when the options limit task rows below the default, and "/i8" or "/bf16" when they name
+// the TQ3 score variant and a TQ3 view of the path runs on AMX (so A/B rows of one family differ).
 std::string PathIsaLabel(const CpuAttentionOptions& options, const DecodeShape& shape, const std::string& path) {
-  const std::string isa = PathIsa(options, shape, path);
-  return options.max_task_rows == CpuAttentionOptions{}.max_task_rows ? isa
-                                                                      : isa + ":" + std::to_string(options.max_task_rows);
+  std::string isa = PathIsa(options, shape, path);
+  if (options.max_task_rows != CpuAttentionOptions{}.max_task_rows) isa += ":" + std::to_string(options.max_task_rows);
+  const std::string scores = CpuTq3ScoresFor(options, shape.q_heads / shape.kv_heads, shape.head_dim);
+  if (options.tq3_scores != CpuTq3Scores::kAuto && (path == "tq3" || path == "minima") && !scores.empty()) {
+    isa += scores == "int8" ? "/i8" : "/bf16";
+  }
+  return isa;
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ struct DecodeBenchConfig {
   // Kernel families to time, each with its own bf16 baseline, interleaved in the same rounds: "auto" (the
   // dispatcher's choice per format, GQA group and head_dim: src/kernels/cpu/cpu_dispatch.cpp), "amx", "avx512",
   // "scalar" (every format in that family); each optionally ":N" for at most N query rows per kernel task
-  // (CpuAttentionOptions::max_task_rows; "auto:8,auto" times GQA groups above 8 in tasks of 8 against one task).
+  // (CpuAttentionOptions::max_task_rows; "auto:8,auto" times GQA groups above 8 in tasks of 8 against one task),
+  // and optionally "/i8" or "/bf16" for the AMX TQ3 score variant (CpuAttentionOptions::tq3_scores).
   std::vector<std::string> isas = {"auto"};
   // Read sweep timed at the end of every round for the memory floor (flush_caches on; RunDecodeBench says why
   // this size).
@@ -58,7 +59,8 @@ struct DecodeBenchConfig {
 struct DecodeBenchRow {
   std::string shape, path;  // path: bf16|fp8|tq3|minima
   std::string isa;          // kernel family that ran: amx, avx512, scalar, or amx+avx512 (minima, mixed);
-                            // ":N" appended when the isa entry limited task rows to N
+                            // ":N" appended when the isa entry limited task rows to N, "/i8" or "/bf16"
+                            // when it named the TQ3 score variant (tq3 and minima rows with TQ3 on AMX)
   int64_t context = 0;
   int batch = 0;
   int threads = 0;
@@ -118,7 +120,7 @@ class DecodeBenchCase {
 void FlushCpuCaches();
 
 // The attention options that run kernel family `isa` ("auto", "amx", "avx512", "scalar", each optionally ":N",
-// N = max_task_rows 1..16); InvalidArgument else.
+// N = max_task_rows 1..16, then optionally "/i8" or "/bf16", the AMX TQ3 score variant); InvalidArgument else.
 Status BenchIsaOptions(const std::string& isa, CpuAttentionOptions* options);
 
 // ratio_to_floor over timing rounds: round r's step time step_seconds[r] against the larger of the memory floor

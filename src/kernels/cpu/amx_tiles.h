@@ -1,6 +1,7 @@
 // AMX tile primitives shared by the AMX attention kernels (kernels/cpu/cpu_kernels_amx.cpp) and the AMX peak
 // measurement of tools/machine_floors.cpp: the LDTILECFG operand and the tile instructions as inline asm.
-// ref: Intel SDM vol. 1 ch. 18 (AMX, tile configuration), vol. 2 (LDTILECFG, TILELOADD, TILESTORED, TDPBF16PS).
+// ref: Intel SDM vol. 1 ch. 18 (AMX, tile configuration), vol. 2 (LDTILECFG, TILELOADD, TILESTORED, TDPBF16PS,
+// TDPBSSD).
 //
 // Why our own asm instead of GCC 12's <amxtileintrin.h> intrinsics: _tile_loadconfig declares only a
 // pointer-sized memory operand, so the compiler may drop the stores that fill the rest of the 64-byte
@@ -64,6 +65,14 @@ inline void TileZero() {
 template <int kC, int kA, int kB>
 inline void TileDot() {
   asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
+}
+
+// C += A * B (TDPBSSD, AMX-INT8): C [rows x 16] int32, A [rows x 64] int8, B [16 x 64] int8 in VNNI quads (row k,
+// dword n holds elements 4k .. 4k + 3 of column n): C[m][n] += sum_k sum_i A[m][4k + i] * B[k][4n + i], exact
+// while the sums fit int32.
+template <int kC, int kA, int kB>
+inline void TileDotInt8() {
+  asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
 }
 
 inline void TileRelease() { asm volatile("tilerelease" : : : "memory"); }

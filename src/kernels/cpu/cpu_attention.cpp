@@ -232,7 +232,7 @@ using RowKernels = std::array<cpu::KernelFn, cpu::kMaxTaskRows>;
 RowKernels KernelsOf(const CpuAttentionOptions& options, KvFormat format, int head_dim) {
   RowKernels kernels;
   for (int rows = 1; rows <= cpu::kMaxTaskRows; ++rows) {
-    kernels[size_t(rows - 1)] = cpu::KernelFor(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim));
+    kernels[size_t(rows - 1)] = cpu::SelectKernel(options, format, rows, head_dim);
   }
   return kernels;
 }
@@ -286,6 +286,14 @@ const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format,
   const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, format, group, head_dim,
                                                     options.max_task_rows));
   return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim));
+}
+
+const char* CpuTq3ScoresFor(const CpuAttentionOptions& options, int group, int head_dim) {
+  const KvFormat tq3 = KvFormat::kTq3;
+  const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, tq3, group, head_dim,
+                                                    options.max_task_rows));
+  if (cpu::SelectIsa(options.family, options.force_scalar, tq3, rows, head_dim) != cpu::CpuIsa::kAmx) return "";
+  return cpu::UseTq3Int8Scores(options.tq3_scores, tq3, rows, head_dim) ? "int8" : "bf16";
 }
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format) {

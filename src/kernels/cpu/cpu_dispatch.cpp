@@ -118,6 +118,9 @@ CpuIsa WantedIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int
   return CpuIsa::kScalar;
 }
 
+// CpuTq3Scores::kAuto: TQ3 scores on AMX-INT8 or bf16 (docs/BENCHMARKS.md section 3, "Session 8").
+constexpr bool kTq3Int8ScoresByDefault = false;
+
 }  // namespace
 
 CpuIsa UsableIsa(CpuIsa wanted) {
@@ -155,6 +158,24 @@ KernelFn KernelFor(CpuIsa isa) {
     case CpuIsa::kScalar: break;
   }
   return &AttendScalar;
+}
+
+bool UseTq3Int8Scores(CpuTq3Scores wanted, KvFormat format, int rows, int head_dim) {
+  (void)rows;
+  (void)head_dim;
+  if (format != KvFormat::kTq3 || !AmxInt8Usable()) return false;
+  switch (wanted) {
+    case CpuTq3Scores::kBf16: return false;
+    case CpuTq3Scores::kInt8: return true;
+    case CpuTq3Scores::kAuto: break;
+  }
+  return kTq3Int8ScoresByDefault;
+}
+
+KernelFn SelectKernel(const CpuAttentionOptions& options, KvFormat format, int rows, int head_dim) {
+  const CpuIsa isa = SelectIsa(options.family, options.force_scalar, format, rows, head_dim);
+  if (isa == CpuIsa::kAmx && UseTq3Int8Scores(options.tq3_scores, format, rows, head_dim)) return &AttendAmxTq3Int8;
+  return KernelFor(isa);
 }
 
 const char* IsaName(CpuIsa isa) {

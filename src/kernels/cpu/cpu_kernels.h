@@ -47,9 +47,13 @@ void AttendAvx512(const KernelTask& task);
 
 // AMX kernels (kernels/cpu/cpu_kernels_amx.cpp), only called when AmxUsable().
 void AttendAmx(const KernelTask& task);
+// The AMX TQ3 kernel with scores on AMX-INT8 (TDPBSSD; values as AttendAmx), only called when AmxInt8Usable().
+void AttendAmxTq3Int8(const KernelTask& task);
 // True when the CPU has AMX-TILE, AMX-BF16 and the AVX-512 subset the AMX kernels use, and the OS granted this
 // process tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool AmxUsable();
+// AmxUsable() and AMX-INT8.
+bool AmxInt8Usable();
 // The bf16 table the AMX kernels hold TQ3 codes as (8 entries, index = sign << 2 | magnitude): the signed
 // units, Tq3Centroid(i) * kTq3UnitsPerMagnitude; 1/alpha goes into each vector's scale. For the exactness test.
 void Tq3AmxCentroidUnits(uint16_t* units_bf16);
@@ -73,6 +77,12 @@ int TaskRowsFor(CpuKernelFamily family, bool force_scalar, KvFormat format, int 
 // The family that runs when `wanted` is asked for explicitly: wanted, or the next one down the machine has.
 CpuIsa UsableIsa(CpuIsa wanted);
 KernelFn KernelFor(CpuIsa isa);
+// Whether an AMX TQ3 task of `rows` rows scores on AMX-INT8 (AttendAmxTq3Int8) when `wanted` is asked for; false
+// for other formats and on machines without AMX-INT8.
+bool UseTq3Int8Scores(CpuTq3Scores wanted, KvFormat format, int rows, int head_dim);
+// The kernel a task of `rows` rows over a view of `format` and `head_dim` runs: SelectIsa's family, and for AMX
+// TQ3 the score variant UseTq3Int8Scores names.
+KernelFn SelectKernel(const CpuAttentionOptions& options, KvFormat format, int rows, int head_dim);
 const char* IsaName(CpuIsa isa);
 
 // Writes the empty state (lse -inf, zero output) to every row.

@@ -64,7 +64,7 @@
 #pragma GCC diagnostic pop
 
 #define MINIMAKV_AMX_TARGET                                                                                      \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,gfni,amx-tile,amx-bf16")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,gfni,amx-tile,amx-bf16,amx-int8")))
 
 namespace minimakv::cpu {
 namespace {
@@ -74,6 +74,7 @@ using amx::kTileRowBytes;  // bytes per tile row (the maximum)
 using amx::kTileRows;      // rows of every tile we configure
 using amx::LoadTileConfig;
 using amx::TileDot;
+using amx::TileDotInt8;
 using amx::TileLoad;
 using amx::TileRelease;
 using amx::TileStore;
@@ -294,6 +295,82 @@ struct Tq3Amx {
   }
 };
 
+// TQ3 keys as int8 tiles for the AMX-INT8 score variant (AttendAmxTq3Int8): a signed unit of tq3_codec.h
+// (+-13, 40, 71, 114) is one exact int8 value, so one 64-byte register holds 64 coordinates (the K of one
+// TDPBSSD; bf16 needs two registers and two TDPBF16PS). Expansion order inside a step of 64 coordinates: qword
+// q = 4 g + L (group g, byte L of its words W0, W1, W2) holds the 8 coordinates whose bits lie in those three
+// bytes: bytes j = 0..5 the nibble coordinates 32 g + 8 (j / 2) + 2 L + j % 2 (nibble 2 L + j % 2 of W(j / 2)),
+// bytes 6, 7 the spill coordinates 32 g + 24 + 2 L + (j - 6).
+struct Tq3Int8Amx {
+  static constexpr int kStepCoords = 64;
+  static constexpr int kStepCodeBytes = 24;  // two 12-byte groups of tq3_codec.h
+  static int Coordinate(int e) {
+    const int within = e % kStepCoords, q = within / 8, g = q / 4, byte = q % 4, j = within % 8;
+    const int base = e / kStepCoords * kStepCoords + 32 * g;
+    return j < 6 ? base + 8 * (j / 2) + 2 * byte + j % 2 : base + 24 + 2 * byte + (j - 6);
+  }
+  struct State {
+    __m512i table;          // int8 signed unit of index i % 8 (VPERMB reads 6 index bits: 8 copies)
+    __m512i gather;         // byte shuffle: qword q = 4 g + L gets byte L of the group's W0, W1, W2 in bytes 7, 6, 5
+    __m512i spill_select;   // GF2P8AFFINEQB x operand: bit 3 (byte 6) or bit 7 (byte 7) of the matrix rows
+    __m512i nibble_offset;  // VPMULTISHIFTQB control: bytes 0..5 of a qword, the bit offset of their nibble
+  };
+  MINIMAKV_AMX_TARGET static State MakeState() {
+    alignas(64) int8_t table[64];
+    alignas(64) uint8_t gather[64] = {};
+    alignas(64) uint8_t select[64] = {};
+    alignas(64) uint8_t offset[64] = {};
+    for (int i = 0; i < 64; ++i) {
+      const int index = i % kTq3Indices;
+      const int unit = int(kTq3MagnitudeUnits[index & 3]);
+      table[i] = int8_t((index & 4) ? -unit : unit);
+    }
+    constexpr int kWordBytes = 4, kGroupBytes = 12, kRowOfW0 = 7;  // matrix rows 7, 6, 5 = W0, W1, W2
+    constexpr int kSpillBitLow = 0x08, kSpillBitHigh = 0x80;      // bit 3 (nibble 2 L), bit 7 (nibble 2 L + 1)
+    for (int q = 0; q < 8; ++q) {
+      const int group = q / 4, byte = q % 4;
+      for (int word = 0; word < 3; ++word) {
+        gather[8 * q + kRowOfW0 - word] = uint8_t(kGroupBytes * group + kWordBytes * word + byte);
+      }
+      for (int j = 0; j < 6; ++j) offset[8 * q + j] = uint8_t(8 * (kRowOfW0 - j / 2) + 4 * (j % 2));
+      select[8 * q + 6] = kSpillBitLow;
+      select[8 * q + 7] = kSpillBitHigh;
+    }
+    State s;
+    s.table = _mm512_load_si512(table);
+    s.gather = _mm512_load_si512(gather);
+    s.spill_select = _mm512_load_si512(select);
+    s.nibble_offset = _mm512_load_si512(offset);
+    return s;
+  }
+  // 64 coordinates in four vector operations and one load: VPERMB gathers each qword's three code bytes into
+  // rows 7, 6, 5 of an 8x8 bit matrix; GF2P8AFFINEQB with x = bit 3 or 7 gives the spill indices (result bit k
+  // = parity(matrix byte 7 - k AND x): bits 0, 1, 2 = that bit of W0, W1, W2; ref: Intel SDM vol. 2,
+  // GF2P8AFFINEQB) in bytes 6, 7; a masked VPMULTISHIFTQB writes bytes 0..5, each the 8 bits of its qword from
+  // its nibble's offset (index in bits 0-2; bits 3-7 are neighbours, which the 8-fold table ignores); VPERMB
+  // looks the units up.
+  MINIMAKV_AMX_TARGET static __m512i Expand(const State& s, const uint8_t* codes, int step) {
+    constexpr __mmask64 kStepBytes = (__mmask64(1) << kStepCodeBytes) - 1;
+    constexpr __mmask64 kNibbleBytes = 0x3F3F3F3F3F3F3F3Full;  // bytes 0..5 of every qword
+    const __m512i raw = _mm512_maskz_loadu_epi8(kStepBytes, codes + kStepCodeBytes * step);
+    const __m512i matrix = _mm512_permutexvar_epi8(s.gather, raw);
+    const __m512i spill = _mm512_gf2p8affine_epi64_epi8(s.spill_select, matrix, 0);
+    const __m512i index = _mm512_mask_multishift_epi64_epi8(spill, kNibbleBytes, s.nibble_offset, matrix);
+    return _mm512_permutexvar_epi8(index, s.table);
+  }
+};
+
+// The query of one row as a 24-bit fixed point for the int8 scores (the CUDA kernel's v9 / v15 scheme,
+// kernels/cuda/cuda_attention.cu): Q_i = round(x_i * kQueryFixedMax / max |x|), split exactly into int8 digits
+// Q = 65536 q2 + 256 q1 + q0 (q0, q1 in [-128, 127], |q2| <= 127 since |Q| <= kQueryFixedMax). TDPBSSD sums
+// S_p = sum unit_i * q_p,i exactly in int32 (|S_p| <= 114 * 128 * 256 = 3.7e6 at d 256, so 256 S1 + S0 < 9.7e8
+// fits int32 too), and x . unit = (max |x| / kQueryFixedMax) (65536 S2 + 256 S1 + S0) up to the fixed-point
+// rounding (at most max |x| / (2 kQueryFixedMax) per coordinate, 6e-8 relative) and two fp32 roundings.
+constexpr int kDigitBits = 8;
+constexpr int kDigitBase = 1 << kDigitBits;
+constexpr int kQueryFixedMax = (127 * kDigitBase + 127) * kDigitBase + 127;
+constexpr int kInt8TileCoords = 64;  // int8 per tile row: the K of one TDPBSSD
+
 template <typename Codec>
 MINIMAKV_AMX_TARGET typename Codec::State MakeCodecState() {
   if constexpr (Codec::kFormat == KvFormat::kBf16) {
@@ -343,6 +420,11 @@ struct alignas(64) Workspace {
   // Tasks of more than 32 weight rows (ValueBlockWide): the values of a whole block and one step as B tiles,
   // [32-key sub-block][16-coordinate chunk][key pair][32 bf16] (one unused sub-block in the narrow layout).
   uint16_t v_block[kColumnBlocks == 3 ? kBlockKeys / kValueKeys : 1][4][kTileRows][kTileBf16];
+  // TQ3 scores on AMX-INT8 (AttendAmxTq3Int8): the query digits as B tiles, [64-coordinate chunk][column block]
+  // [coordinate quad][64 int8] (column p*R + r: digit p of row r, 4 coordinates per dword), and per row the
+  // weight of one fixed-point unit (max |x| / kQueryFixedMax). The keys' int8 tiles reuse key_tiles.
+  int8_t q_digits[kMaxHeadDim / kInt8TileCoords][kColumnBlocks][kTileRows][kTileRowBytes];
+  float digit_scale[kRowCapacity];
 };
 // The workspace of a task of ROWS rows.
 template <int ROWS>
@@ -359,14 +441,20 @@ int ValueExpansionPosition(int e) {
   return base + 32 * z + 8 * (n / 4) + 4 * h + n % 4;
 }
 
-// Scores of keys [0, n) of a block: ws.scores[r][j] = q_r . k_j (not yet times the key scale).
-template <typename Codec, int ROWS>
-MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const uint8_t* keys, size_t key_bytes,
-                                    const uint8_t* values, int n, int head_dim, WorkspaceFor<ROWS>& ws) {
+// Scores of keys [0, n) of a block: ws.scores[r][j] = q_r . k_j times the key scale, and ws.block_max.
+// kInt8 (TQ3 only): keys as int8 units (Tq3Int8Amx), the query digits of ws.q_digits, TDPBSSD; int8_state is
+// used only then (the bf16 codec state `state` only otherwise).
+template <typename Codec, int ROWS, bool kInt8 = false>
+MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const Tq3Int8Amx::State& int8_state,
+                                    const uint8_t* keys, size_t key_bytes, const uint8_t* values, int n,
+                                    int head_dim, WorkspaceFor<ROWS>& ws) {
+  static_assert(!kInt8 || Codec::kFormat == KvFormat::kTq3, "int8 scores are for TQ3 keys");
   constexpr int kColumnBlocks = (kQueryParts * ROWS + kTileCols - 1) / kTileCols;
-  const int chunks = head_dim / kTileBf16;
+  const int chunks = head_dim / (kInt8 ? kInt8TileCoords : kTileBf16);
   const int steps = head_dim / Codec::kStepCoords;
-  const size_t row_stride = sizeof(uint16_t) * kMaxHeadDim;
+  // Key tile rows: bf16 expansions [key][kMaxHeadDim] or, for int8, bytes [key][kMaxHeadDim] in the same array.
+  const size_t row_stride = (kInt8 ? sizeof(int8_t) : sizeof(uint16_t)) * kMaxHeadDim;
+  uint8_t* const key_bytes_tile = reinterpret_cast<uint8_t*>(ws.key_tiles);
   for (int r = 0; r < ROWS; ++r) _mm512_store_ps(ws.block_max[r], _mm512_set1_ps(-INFINITY));
   for (int j0 = 0; j0 < n; j0 += kKeyTile) {
     const int keys_here = std::min(kKeyTile, n - j0);
@@ -378,6 +466,16 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
     if (Codec::kFormat == KvFormat::kBf16 && keys_here == kKeyTile) {
       a_base = keys + size_t(j0) * key_bytes;  // BF16 rows are already A-tile rows
       a_stride = key_bytes;
+    } else if constexpr (kInt8) {
+      for (int k = 0; k < kKeyTile; ++k) {
+        uint8_t* row = key_bytes_tile + size_t(k) * row_stride;
+        if (k < keys_here) {
+          const uint8_t* key = keys + size_t(j0 + k) * key_bytes;
+          for (int s = 0; s < steps; ++s) _mm512_store_si512(row + kInt8TileCoords * s, Tq3Int8Amx::Expand(int8_state, key, s));
+        } else {
+          for (int s = 0; s < steps; ++s) _mm512_store_si512(row + kInt8TileCoords * s, _mm512_setzero_si512());
+        }
+      }
     } else {
       for (int k = 0; k < kKeyTile; ++k) {
         if (k < keys_here) {
@@ -403,22 +501,36 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
       }
       const size_t offset = size_t(c) * kTileRowBytes;
       TileLoad<2>(a_base + offset, a_stride);
-      TileLoad<4>(ws.q_tiles[c][0], kTileRowBytes);
-      TileDot<0, 2, 4>();
-      if constexpr (kColumnBlocks >= 2) {
-        TileLoad<5>(ws.q_tiles[c][1], kTileRowBytes);
-        TileDot<1, 2, 5>();
-      }
-      if constexpr (kColumnBlocks == 3) {
-        TileLoad<6>(ws.q_tiles[c][2], kTileRowBytes);
-        TileDot<3, 2, 6>();
+      if constexpr (kInt8) {
+        TileLoad<4>(ws.q_digits[c][0], kTileRowBytes);
+        TileDotInt8<0, 2, 4>();
+        if constexpr (kColumnBlocks >= 2) {
+          TileLoad<5>(ws.q_digits[c][1], kTileRowBytes);
+          TileDotInt8<1, 2, 5>();
+        }
+        if constexpr (kColumnBlocks == 3) {
+          TileLoad<6>(ws.q_digits[c][2], kTileRowBytes);
+          TileDotInt8<3, 2, 6>();
+        }
+      } else {
+        TileLoad<4>(ws.q_tiles[c][0], kTileRowBytes);
+        TileDot<0, 2, 4>();
+        if constexpr (kColumnBlocks >= 2) {
+          TileLoad<5>(ws.q_tiles[c][1], kTileRowBytes);
+          TileDot<1, 2, 5>();
+        }
+        if constexpr (kColumnBlocks == 3) {
+          TileLoad<6>(ws.q_tiles[c][2], kTileRowBytes);
+          TileDot<3, 2, 6>();
+        }
       }
     }
     TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
     if constexpr (kColumnBlocks >= 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
     if constexpr (kColumnBlocks == 3) TileStore<3>(ws.c_tiles[2], kTileCols * sizeof(float));
-    // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row. Only the 3R columns
-    // in use are stored, so the compiler drops the shuffles of the others (R = 6: 2 of block 1's 16 columns).
+    // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row (int8: the digit sums
+    // S2, S1, S0, int32 bits moved as floats). Only the 3R columns in use are stored, so the compiler drops the
+    // shuffles of the others (R = 6: 2 of block 1's 16 columns).
     for (int b = 0; b < kColumnBlocks; ++b) {
       __m512 rows[16], cols[16];
       for (int k = 0; k < 16; ++k) rows[k] = _mm512_load_ps(ws.c_tiles[b][k]);
@@ -431,9 +543,19 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const ui
     // here while the scores are in registers). Lanes past n are stored but never read.
     const __mmask16 valid = keys_here == kKeyTile ? __mmask16(0xFFFF) : __mmask16((1u << keys_here) - 1);
     for (int r = 0; r < ROWS; ++r) {
-      __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(ws.transposed[2 * ROWS + r]),
-                                             _mm512_load_ps(ws.transposed[ROWS + r])),
-                               _mm512_load_ps(ws.transposed[r]));
+      __m512 s;
+      if constexpr (kInt8) {
+        // (65536 S2 + (256 S1 + S0)) times the row's fixed-point unit: 256 S1 + S0 exact in int32, 65536 S2
+        // exact in fp32 (|S2| < 2^24), one rounding for the low part's conversion and one for the sum.
+        const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ws.transposed[ROWS + r]), kDigitBits),
+                                             _mm512_load_si512(ws.transposed[r]));
+        const __m512 high = _mm512_cvtepi32_ps(_mm512_load_si512(ws.transposed[2 * ROWS + r]));
+        s = _mm512_fmadd_ps(high, _mm512_set1_ps(float(kDigitBase * kDigitBase)), _mm512_cvtepi32_ps(low));
+        s = _mm512_mul_ps(s, _mm512_set1_ps(ws.digit_scale[r]));
+      } else {
+        s = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(ws.transposed[2 * ROWS + r]), _mm512_load_ps(ws.transposed[ROWS + r])),
+                          _mm512_load_ps(ws.transposed[r]));
+      }
       if constexpr (Codec::kFormat != KvFormat::kBf16) s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(valid, ws.key_scale + j0));
       _mm512_storeu_ps(&ws.scores[r][j0], s);  // j0 + 16 <= kBlockKeys
       const __m512 m = _mm512_load_ps(ws.block_max[r]);
@@ -649,13 +771,46 @@ MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const ui
   }
 }
 
-template <typename Codec, int ROWS>
+// Row r's query (rotated, times the score scale) as fixed-point digits in the int8 B tiles, in Tq3Int8Amx's
+// expansion order, and its fixed-point unit in ws.digit_scale[r] (see kQueryFixedMax).
+template <int ROWS>
+MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int r, int d, WorkspaceFor<ROWS>& ws) {
+  float x[kMaxHeadDim];
+  float max_abs = 0.0f;
+  for (int i = 0; i < d; ++i) {
+    x[i] = q[i] * score_scale;  // the fp32 product the bf16 variant splits
+    max_abs = std::fmax(max_abs, std::fabs(x[i]));
+  }
+  const double to_fixed = max_abs > 0.0f ? double(kQueryFixedMax) / double(max_abs) : 0.0;
+  ws.digit_scale[r] = float(double(max_abs) / double(kQueryFixedMax));
+  for (int e = 0; e < d; ++e) {
+    const long fixed = std::clamp(std::lrint(double(x[Tq3Int8Amx::Coordinate(e)]) * to_fixed), -long(kQueryFixedMax),
+                                  long(kQueryFixedMax));
+    int8_t digits[kQueryParts];
+    long rest = fixed;
+    for (int p = 0; p < kQueryParts; ++p) {
+      digits[p] = int8_t(uint8_t(rest & (kDigitBase - 1)));  // the low 8 bits as a signed digit
+      rest = (rest - digits[p]) / kDigitBase;                 // exact: rest - digit is a multiple of 256
+    }
+    for (int p = 0; p < kQueryParts; ++p) {
+      const int column = p * ROWS + r;
+      ws.q_digits[e / kInt8TileCoords][column / kTileCols][(e % kInt8TileCoords) / 4][4 * (column % kTileCols) + e % 4] =
+          digits[p];
+    }
+  }
+}
+
+template <typename Codec, int ROWS, bool kInt8Scores = false>
 MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   const PageLayout& layout = task.view->layout;
   const int d = layout.head_dim;
   WorkspaceFor<ROWS> ws;
-  // 1. Query parts as B tiles, in the keys' expansion order; unused columns zero.
-  std::memset(ws.q_tiles, 0, sizeof ws.q_tiles);
+  // 1. Query parts (int8: digits) as B tiles, in the keys' expansion order; unused columns zero.
+  if constexpr (kInt8Scores) {
+    std::memset(ws.q_digits, 0, sizeof ws.q_digits);
+  } else {
+    std::memset(ws.q_tiles, 0, sizeof ws.q_tiles);
+  }
   std::memset(ws.p_tiles, 0, sizeof ws.p_tiles);
   float rotated[kMaxHeadDim];
   for (int r = 0; r < ROWS; ++r) {
@@ -664,16 +819,20 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
       task.rotation->Forward(q, rotated);
       q = rotated;
     }
-    for (int e = 0; e < d; ++e) {
-      const float x = q[Codec::Coordinate(e)] * task.score_scale_log2;
-      const float hi = FloatFromBits(FloatBits(x) & 0xFFFF0000u);
-      const float mid = FloatFromBits(FloatBits(x - hi) & 0xFFFF0000u);
-      const float lo = (x - hi) - mid;
-      const float parts[kQueryParts] = {hi, mid, lo};
-      for (int p = 0; p < kQueryParts; ++p) {
-        const int column = p * ROWS + r;
-        ws.q_tiles[e / kTileBf16][column / kTileCols][(e % kTileBf16) / 2][2 * (column % kTileCols) + e % 2] =
-            uint16_t(FloatBits(parts[p]) >> 16);
+    if constexpr (kInt8Scores) {
+      WriteQueryDigits<ROWS>(q, task.score_scale_log2, r, d, ws);
+    } else {
+      for (int e = 0; e < d; ++e) {
+        const float x = q[Codec::Coordinate(e)] * task.score_scale_log2;
+        const float hi = FloatFromBits(FloatBits(x) & 0xFFFF0000u);
+        const float mid = FloatFromBits(FloatBits(x - hi) & 0xFFFF0000u);
+        const float lo = (x - hi) - mid;
+        const float parts[kQueryParts] = {hi, mid, lo};
+        for (int p = 0; p < kQueryParts; ++p) {
+          const int column = p * ROWS + r;
+          ws.q_tiles[e / kTileBf16][column / kTileCols][(e % kTileBf16) / 2][2 * (column % kTileCols) + e % 2] =
+              uint16_t(FloatBits(parts[p]) >> 16);
+        }
       }
     }
     std::memset(ws.acc[r], 0, sizeof(float) * size_t(d));
@@ -682,6 +841,8 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   }
   LoadTileConfig(amx::FullShapeTiles(amx::kTileRegisters));
   const typename Codec::State state = MakeCodecState<Codec>();
+  Tq3Int8Amx::State int8_state{};
+  if constexpr (kInt8Scores) int8_state = Tq3Int8Amx::MakeState();
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
   // 2. Blocks of keys, page by page (kernels/cpu/key_blocks.h; it prefetches the next block's scales).
@@ -692,7 +853,8 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
       LoadScales<Codec>(b.page + layout.v_scale_offset(task.kv_head, b.t0), b.n, ws.value_scale);
     }
     const uint8_t* values = b.page + layout.v_codes_offset(task.kv_head, b.t0);
-    ScoreBlock<Codec, ROWS>(state, b.page + layout.k_codes_offset(task.kv_head, b.t0), code_bytes, values, b.n, d, ws);
+    ScoreBlock<Codec, ROWS, kInt8Scores>(state, int8_state, b.page + layout.k_codes_offset(task.kv_head, b.t0),
+                                         code_bytes, values, b.n, d, ws);
     SoftmaxToWeightTiles<ROWS>(b.n, d, kHasScales, ws);
     ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
   }
@@ -707,25 +869,25 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   }
 }
 
-template <typename Codec>
+template <typename Codec, bool kInt8Scores = false>
 void AttendFormat(const KernelTask& task) {
   switch (task.num_rows) {
-    case 1: return AttendTask<Codec, 1>(task);
-    case 2: return AttendTask<Codec, 2>(task);
-    case 3: return AttendTask<Codec, 3>(task);
-    case 4: return AttendTask<Codec, 4>(task);
-    case 5: return AttendTask<Codec, 5>(task);
-    case 6: return AttendTask<Codec, 6>(task);
-    case 7: return AttendTask<Codec, 7>(task);
-    case 8: return AttendTask<Codec, 8>(task);
-    case 9: return AttendTask<Codec, 9>(task);
-    case 10: return AttendTask<Codec, 10>(task);
-    case 11: return AttendTask<Codec, 11>(task);
-    case 12: return AttendTask<Codec, 12>(task);
-    case 13: return AttendTask<Codec, 13>(task);
-    case 14: return AttendTask<Codec, 14>(task);
-    case 15: return AttendTask<Codec, 15>(task);
-    default: return AttendTask<Codec, 16>(task);
+    case 1: return AttendTask<Codec, 1, kInt8Scores>(task);
+    case 2: return AttendTask<Codec, 2, kInt8Scores>(task);
+    case 3: return AttendTask<Codec, 3, kInt8Scores>(task);
+    case 4: return AttendTask<Codec, 4, kInt8Scores>(task);
+    case 5: return AttendTask<Codec, 5, kInt8Scores>(task);
+    case 6: return AttendTask<Codec, 6, kInt8Scores>(task);
+    case 7: return AttendTask<Codec, 7, kInt8Scores>(task);
+    case 8: return AttendTask<Codec, 8, kInt8Scores>(task);
+    case 9: return AttendTask<Codec, 9, kInt8Scores>(task);
+    case 10: return AttendTask<Codec, 10, kInt8Scores>(task);
+    case 11: return AttendTask<Codec, 11, kInt8Scores>(task);
+    case 12: return AttendTask<Codec, 12, kInt8Scores>(task);
+    case 13: return AttendTask<Codec, 13, kInt8Scores>(task);
+    case 14: return AttendTask<Codec, 14, kInt8Scores>(task);
+    case 15: return AttendTask<Codec, 15, kInt8Scores>(task);
+    default: return AttendTask<Codec, 16, kInt8Scores>(task);
   }
 }
 
@@ -756,7 +918,24 @@ bool AmxUsable() {
   return usable;
 }
 
+bool AmxInt8Usable() {
+  static const bool usable = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("amx-int8") && AmxUsable();
+  }();
+  return usable;
+}
+
 void Tq3AmxCentroidUnits(uint16_t* units_bf16) { Tq3Amx::Tq3AmxUnits(units_bf16); }
+
+void AttendAmxTq3Int8(const KernelTask& task) {
+  if (task.num_pages == 0) {
+    WriteEmptyState(task, task.view->layout.head_dim);
+    return;
+  }
+  if (task.view->layout.format != KvFormat::kTq3) return AttendAmx(task);  // the dispatcher never asks this
+  AttendFormat<Tq3Amx, true>(task);
+}
 
 void AttendAmx(const KernelTask& task) {
   if (task.num_pages == 0) {
@@ -776,6 +955,8 @@ void AttendAmx(const KernelTask& task) {
 
 namespace minimakv::cpu {
 bool AmxUsable() { return false; }
+bool AmxInt8Usable() { return false; }
+void AttendAmxTq3Int8(const KernelTask& task) { AttendScalar(task); }
 void Tq3AmxCentroidUnits(uint16_t* units_bf16) {
   for (int i = 0; i < 8; ++i) units_bf16[i] = 0;
 }

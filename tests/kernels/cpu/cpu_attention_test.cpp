@@ -125,8 +125,14 @@ double RelL2(const float* got, const float* want, size_t n) {
 const char* const kIsas[] = {"amx", "avx512", "scalar"};
 
 // Options that run `isa` for every format ("auto": the dispatcher's choice per task, always true); false when
-// this machine does not have it.
-bool OptionsForIsa(const std::string& isa, CpuAttentionOptions* options) {
+// this machine does not have it. "amx/i8", "auto/i8": the same with TQ3 scores on AMX-INT8 (false without it).
+bool OptionsForIsa(const std::string& isa_entry, CpuAttentionOptions* options) {
+  std::string isa = isa_entry;
+  if (isa.ends_with("/i8")) {
+    if (!cpu::AmxInt8Usable()) return false;
+    options->tq3_scores = CpuTq3Scores::kInt8;
+    isa = isa.substr(0, isa.size() - 3);
+  }
   if (isa == "auto") {
     options->family = CpuKernelFamily::kAuto;
     return true;
@@ -134,6 +140,19 @@ bool OptionsForIsa(const std::string& isa, CpuAttentionOptions* options) {
   options->family = isa == "amx" ? CpuKernelFamily::kAmx : isa == "avx512" ? CpuKernelFamily::kAvx512
                                                                            : CpuKernelFamily::kScalar;
   return CpuKernelIsa(*options) == isa;
+}
+
+// With TQ3 scores on AMX-INT8 asked for, every AMX TQ3 task must run the int8 kernel (no silent fallback to the
+// bf16 scores): the dispatcher's kernel for every row count, and the name the public API reports.
+void ExpectInt8KernelChosen(const CpuAttentionOptions& options, int group, int head_dim) {
+  for (int rows = 1; rows <= cpu::kMaxTaskRows; ++rows) {
+    if (cpu::SelectIsa(options.family, options.force_scalar, KvFormat::kTq3, rows, head_dim) != cpu::CpuIsa::kAmx) continue;
+    EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, head_dim), &cpu::AttendAmxTq3Int8)
+        << "rows " << rows << " d " << head_dim;
+  }
+  const std::string scores = CpuTq3ScoresFor(options, group, head_dim);
+  EXPECT_TRUE(scores == "int8" || scores.empty()) << scores;
+  if (options.family == CpuKernelFamily::kAmx) EXPECT_EQ(scores, "int8");
 }
 
 // Checks outputs and LSEs against the reference; empty rows must be exactly (0, -inf).
@@ -187,6 +206,19 @@ void CheckKernelVsReference(KvFormat format, int head_dim, int group, const CpuA
                                  " threads " + std::to_string(threads));
       EXPECT_TRUE(out.CanariesIntact());
       EXPECT_TRUE(lse.CanariesIntact());
+      if (format == KvFormat::kTq3 && options.tq3_scores == CpuTq3Scores::kInt8) {
+        ExpectInt8KernelChosen(options, group, head_dim);
+        // The bf16 scores on the same pages: also within the bound, and not the same bits (the int8 path ran:
+        // its fixed-point query rounds differently from the exact three-part split).
+        CpuAttentionOptions bf16_options = options;
+        bf16_options.tq3_scores = CpuTq3Scores::kBf16;
+        std::vector<float> out_bf16(want_out.size()), lse_bf16(want_lse.size());
+        ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_bf16.data(), lse_bf16.data()}, bf16_options).ok());
+        ExpectMatchesReference(out_bf16.data(), lse_bf16.data(), want_out, want_lse, "bf16 scores");
+        if (options.family == CpuKernelFamily::kAmx) {
+          EXPECT_NE(std::memcmp(out_bf16.data(), out.data(), want_out.size() * sizeof(float)), 0) << "int8 == bf16 bits";
+        }
+      }
     }
   }
 }
@@ -210,6 +242,19 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelVsReference,
                                   std::to_string(std::get<2>(info.param)) +
                                   "_" + std::get<3>(info.param);
                          });
+
+// TQ3 scores on AMX-INT8 (CpuTq3Scores::kInt8): every head_dim, GQA groups 1..8, q_len 1-3, odd lengths; "auto/i8"
+// runs AVX-512 for one-row tasks and the int8 AMX kernel for the others.
+std::string Int8ParamName(const ::testing::TestParamInfo<KernelParam>& info) {
+  std::string isa = std::get<3>(info.param);
+  isa.replace(isa.find('/'), 1, "_");
+  return "d" + std::to_string(std::get<1>(info.param)) + "_g" + std::to_string(std::get<2>(info.param)) + "_" + isa;
+}
+INSTANTIATE_TEST_SUITE_P(Tq3Int8Scores, CpuKernelVsReference,
+                         ::testing::Combine(::testing::Values(KvFormat::kTq3), ::testing::Values(64, 128, 256),
+                                            ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
+                                            ::testing::Values("amx/i8", "auto/i8")),
+                         Int8ParamName);
 
 // GQA groups of 9-16 (GLM-4.5 / Qwen3-Coder-480B: 12; Qwen3-235B-A22B, Llama-3.1-405B: 16): one task of the
 // whole group on AMX and scalar, pieces of 8 on AVX-512, the dispatcher's choice for auto; and max_task_rows 8
@@ -236,6 +281,11 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelLargeGroups,
                                   std::to_string(std::get<1>(info.param)) + "_g" +
                                   std::to_string(std::get<2>(info.param)) + "_" + std::get<3>(info.param);
                          });
+// Groups of 9-16 with TQ3 scores on AMX-INT8: one task of 9-16 rows (three score C tiles), and tasks of 8.
+INSTANTIATE_TEST_SUITE_P(Tq3Int8Scores, CpuKernelLargeGroups,
+                         ::testing::Combine(::testing::Values(KvFormat::kTq3), ::testing::Values(64, 128, 256),
+                                            ::testing::Values(9, 11, 12, 16), ::testing::Values("amx/i8")),
+                         Int8ParamName);
 
 // The planner's rows per task (TaskRowsFor): groups up to 8 as before (whole groups within 8 rows), larger
 // groups whole on the families that take 16 rows, in pieces of 8 on AVX-512 or with max_task_rows 8.
@@ -298,7 +348,7 @@ TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
         ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
         // Every family alone, then kAuto, which may run different families for the tasks of one call (its
         // choice depends on each task's rows).
-        for (const std::string isa : {"amx", "avx512", "scalar", "auto"}) {
+        for (const std::string isa : {"amx", "avx512", "scalar", "auto", "amx/i8"}) {
           CpuAttentionOptions options;
           if (isa != "auto" && !OptionsForIsa(isa, &options)) continue;
           for (int threads : {1, 2}) {
@@ -343,7 +393,8 @@ TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
     options.num_threads = 1;
     ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_scalar.data(), lse_scalar.data()}, options).ok());
     ExpectMatchesReference(out_scalar.data(), lse_scalar.data(), want_out, want_lse, "scalar");
-    for (const std::string isa : {"amx", "avx512"}) {
+    for (const std::string isa : {"amx", "avx512", "amx/i8"}) {
+      options = {};
       if (!OptionsForIsa(isa, &options)) continue;
       options.num_threads = 2;
       std::vector<float> out_simd(want_out.size()), lse_simd(want_lse.size());
@@ -402,6 +453,31 @@ TEST(CpuAmxKernels, IsaNamesFollowOptions) {
     EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kFp8)), "amx");
     EXPECT_EQ(std::string(CpuKernelIsaFor(options, KvFormat::kTq3)), "amx");
     EXPECT_EQ(std::string(CpuKernelIsa(options)), "amx+avx512");
+  }
+}
+
+// The TQ3 score variant follows CpuAttentionOptions::tq3_scores where the TQ3 tasks run on AMX, and is named
+// "" where they do not.
+TEST(CpuDispatch, Tq3ScoreVariantFollowsOptions) {
+  CpuAttentionOptions options;
+  options.family = CpuKernelFamily::kAvx512;
+  options.tq3_scores = CpuTq3Scores::kInt8;
+  EXPECT_STREQ(CpuTq3ScoresFor(options, 4, 128), "");
+  EXPECT_FALSE(cpu::UseTq3Int8Scores(CpuTq3Scores::kInt8, KvFormat::kFp8, 4, 128));
+  EXPECT_FALSE(cpu::UseTq3Int8Scores(CpuTq3Scores::kInt8, KvFormat::kBf16, 4, 128));
+  if (!cpu::AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 on this machine";
+  options.family = CpuKernelFamily::kAmx;
+  for (int d : {64, 128, 256}) {
+    for (int group : {1, 4, 6, 16}) {
+      options.tq3_scores = CpuTq3Scores::kInt8;
+      EXPECT_STREQ(CpuTq3ScoresFor(options, group, d), "int8");
+      options.tq3_scores = CpuTq3Scores::kBf16;
+      EXPECT_STREQ(CpuTq3ScoresFor(options, group, d), "bf16");
+      for (int rows : {1, 5, 16}) {
+        EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, d), &cpu::AttendAmx);
+        EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kFp8, rows, d), &cpu::AttendAmx);
+      }
+    }
   }
 }
 
@@ -480,7 +556,7 @@ TEST(CpuAttention, MixedViewsMergeToReferenceOverUnion) {
   const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, kHeadDim);
   std::vector<double> want_out, want_lse;
   ASSERT_TRUE(ReferenceAttention(views, queries, &rotation, &want_out, &want_lse).ok());
-  for (const std::string isa : {"auto", "amx", "avx512", "scalar"}) {
+  for (const std::string isa : {"auto", "amx", "avx512", "scalar", "amx/i8", "auto/i8"}) {
     CpuAttentionOptions options;
     if (isa != "auto" && !OptionsForIsa(isa, &options)) continue;
     GuardedBuffer out(want_out.size());
