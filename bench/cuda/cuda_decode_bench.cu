@@ -3,6 +3,12 @@
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
+//   [--timeline N]
+// --timeline N (v19; needs a build with -DMINIMAKV_CUDA_TIMELINE=1): after each timed point, N more steps with the
+// kernels' per-CTA %globaltimer probes read back, and a breakdown of the step printed (medians over the N steps; all
+// times relative to the end of the L2 flush kernel, which the start event follows): flush end -> first partial CTA,
+// per partial kernel the prologue, the loop-length spread over CTAs, the epilogue and the CTA end spread, last
+// partial CTA end -> merge start / merge PDL wait done, merge duration, merge end -> stop event.
 // L2 flush (--flush): read (default since v8) = one read sweep of a 256 MB buffer, which leaves the L2 full of
 // clean lines; memset (v1-v7) = writing 256 MB, which leaves ~50 MB of dirty lines that the timed step must
 // write back (measured: ~10 us more per step at every size). torch_sdpa_bench.py flushes the same way.
@@ -97,6 +103,108 @@ __global__ void ReadBandwidthKernel(const uint4* data, size_t count, uint32_t* s
   if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads alive
 }
 
+// The flush kernel of --timeline steps: the same reads, and the end time (%globaltimer of its last CTA) in end_ns.
+__global__ void ReadBandwidthStampKernel(const uint4* data, size_t count, uint32_t* sink, unsigned long long* end_ns) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(data + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now)::"memory");
+    atomicMax(end_ns, now);
+  }
+}
+
+// Named scalar metrics of --timeline steps, in first-insertion order, medians over the steps.
+struct Metrics {
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> values;
+  void Add(const std::string& name, double value) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == name) {
+        values[i].push_back(value);
+        return;
+      }
+    }
+    names.push_back(name);
+    values.push_back({value});
+  }
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
+}
+
+// One --timeline step's records -> metrics (us; times relative to flush_end_ns).
+void AddStepMetrics(const std::vector<CudaCtaTimes>& records, uint64_t flush_end_ns, double step_us, Metrics* m) {
+  const char* kNames[kCudaTimelineKernels] = {"bf16", "fp8", "tq3", "merge"};
+  auto us = [&](uint64_t t) { return (double(int64_t(t - flush_end_ns))) * 1e-3; };
+  m->Add("step (events)", step_us);
+  double first_partial_start = 1e30, last_partial_exit = -1e30;
+  uint64_t resolution_ns = ~0ull;
+  for (int k = 0; k < kCudaTimelineKernels; ++k) {
+    std::vector<double> start, ready, prologue, loop, warp_spread, epilogue, exits;
+    std::vector<int> per_sm(1024, 0);
+    for (int c = 0; c < kCudaTimelineMaxCtas; ++c) {
+      const CudaCtaTimes& r = records[size_t(k) * kCudaTimelineMaxCtas + c];
+      if (!r.written) continue;
+      start.push_back(us(r.start_ns));
+      ready.push_back(us(r.ready_ns));
+      prologue.push_back(double(r.ready_ns - r.start_ns) * 1e-3);
+      loop.push_back(double(r.loop_end_ns - r.ready_ns) * 1e-3);
+      if (k != kCudaTimelineMerge) warp_spread.push_back(double(r.loop_end_ns - r.first_warp_ns) * 1e-3);
+      epilogue.push_back(double(r.exit_ns - r.loop_end_ns) * 1e-3);
+      exits.push_back(us(r.exit_ns));
+      per_sm[r.sm % 1024]++;
+      for (uint64_t d : {r.ready_ns - r.start_ns, r.loop_end_ns - r.ready_ns, r.exit_ns - r.loop_end_ns}) {
+        if (d > 0) resolution_ns = std::min(resolution_ns, d);
+      }
+    }
+    if (start.empty()) continue;
+    const std::string n = kNames[k];
+    int sms = 0, max_per_sm = 0;
+    for (int c : per_sm) {
+      sms += c > 0;
+      max_per_sm = std::max(max_per_sm, c);
+    }
+    m->Add(n + " ctas", double(start.size()));
+    m->Add(n + " sms", double(sms));
+    m->Add(n + " max ctas/sm", double(max_per_sm));
+    m->Add(n + " first start", Percentile(start, 0.0));
+    m->Add(n + " last start", Percentile(start, 1.0));
+    m->Add(n + " first ready", Percentile(ready, 0.0));
+    m->Add(n + " prologue med", Percentile(prologue, 0.5));
+    m->Add(n + " prologue max", Percentile(prologue, 1.0));
+    m->Add(n + " loop min", Percentile(loop, 0.0));
+    m->Add(n + " loop med", Percentile(loop, 0.5));
+    m->Add(n + " loop max", Percentile(loop, 1.0));
+    if (!warp_spread.empty()) m->Add(n + " warp spread med", Percentile(warp_spread, 0.5));
+    m->Add(n + " epilogue med", Percentile(epilogue, 0.5));
+    m->Add(n + " epilogue max", Percentile(epilogue, 1.0));
+    m->Add(n + " first exit", Percentile(exits, 0.0));
+    m->Add(n + " median exit", Percentile(exits, 0.5));
+    m->Add(n + " last exit", Percentile(exits, 1.0));
+    if (k != kCudaTimelineMerge) {
+      first_partial_start = std::min(first_partial_start, Percentile(start, 0.0));
+      last_partial_exit = std::max(last_partial_exit, Percentile(exits, 1.0));
+    } else {
+      m->Add("last partial exit -> merge first start", Percentile(start, 0.0) - last_partial_exit);
+      m->Add("last partial exit -> merge first ready", Percentile(ready, 0.0) - last_partial_exit);
+      m->Add("merge first ready -> last exit", Percentile(exits, 1.0) - Percentile(ready, 0.0));
+      m->Add("merge end -> stop event", step_us - Percentile(exits, 1.0));
+    }
+  }
+  m->Add("flush end -> first partial start", first_partial_start);
+  m->Add("first partial start -> last partial exit", last_partial_exit - first_partial_start);
+  m->Add("timer resolution seen", double(resolution_ns) * 1e-3);
+}
+
 struct Pool {
   PageLayout layout;
   uint8_t* d_pages = nullptr;
@@ -188,6 +296,7 @@ int main(int argc, char** argv) {
   std::vector<OnlyConfig> only;
   bool skip_convert = false;
   bool flush_by_memset = false;
+  int timeline_steps = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -200,6 +309,7 @@ int main(int argc, char** argv) {
     }
     else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--timeline") && i + 1 < argc) timeline_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_by_memset = !std::strcmp(argv[++i], "memset");
   }
   cudaDeviceProp prop;
@@ -213,6 +323,17 @@ int main(int argc, char** argv) {
   uint32_t* d_flush_sink;
   CUDA_OK(cudaMalloc(&d_flush_sink, 4));
   CUDA_OK(cudaMemset(d_flush, 1, kFlushBytes));
+  unsigned long long* d_flush_end_ns;
+  CUDA_OK(cudaMalloc(&d_flush_end_ns, sizeof(unsigned long long)));
+  if (timeline_steps > 0 && !CudaTimelineCompiled()) {
+    std::fprintf(stderr, "--timeline needs a build with -DMINIMAKV_CUDA_TIMELINE=1\n");
+    return 2;
+  }
+  FILE* timeline_csv = nullptr;
+  if (timeline_steps > 0 && csv_path) {
+    timeline_csv = std::fopen((std::string(csv_path) + ".timeline.csv").c_str(), "w");
+    if (timeline_csv) std::fprintf(timeline_csv, "shape,context,batch,format,metric,median_us,min_us,max_us\n");
+  }
   auto flush_l2 = [&]() {
     if (flush_by_memset) {
       CUDA_OK(cudaMemsetAsync(d_flush, 0, kFlushBytes, stream));
@@ -364,6 +485,38 @@ int main(int argc, char** argv) {
                          read_gbps);
             std::fflush(csv);
           }
+          if (timeline_steps > 0) {
+            Metrics metrics;
+            std::vector<CudaCtaTimes> records;
+            for (int r = 0; r < timeline_steps; ++r) {
+              STATUS_OK(CudaTimelineReset(stream));
+              CUDA_OK(cudaMemsetAsync(d_flush_end_ns, 0, sizeof(unsigned long long), stream));
+              ReadBandwidthStampKernel<<<sm_count * 8, 512, 0, stream>>>(
+                  reinterpret_cast<const uint4*>(d_flush), kFlushBytes / 16, d_flush_sink, d_flush_end_ns);
+              CUDA_OK(cudaEventRecord(timer.start, stream));
+              step();
+              CUDA_OK(cudaEventRecord(timer.stop, stream));
+              CUDA_OK(cudaEventSynchronize(timer.stop));
+              float ms = 0;
+              CUDA_OK(cudaEventElapsedTime(&ms, timer.start, timer.stop));
+              unsigned long long flush_end_ns = 0;
+              CUDA_OK(cudaMemcpy(&flush_end_ns, d_flush_end_ns, sizeof(flush_end_ns), cudaMemcpyDeviceToHost));
+              STATUS_OK(CudaTimelineRead(&records));
+              AddStepMetrics(records, flush_end_ns, double(ms) * 1000.0, &metrics);
+            }
+            std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; 0 = flush end):\n",
+                        shape.name, ctx, batch, variant.name, timeline_steps);
+            for (size_t i = 0; i < metrics.names.size(); ++i) {
+              const std::vector<double>& v = metrics.values[i];
+              std::printf("  %-42s %8.2f  [%8.2f .. %8.2f]\n", metrics.names[i].c_str(), Percentile(v, 0.5),
+                          Percentile(v, 0.0), Percentile(v, 1.0));
+              if (timeline_csv) {
+                std::fprintf(timeline_csv, "%s,%d,%d,%s,%s,%.3f,%.3f,%.3f\n", shape.name, ctx, batch, variant.name,
+                             metrics.names[i].c_str(), Percentile(v, 0.5), Percentile(v, 0.0), Percentile(v, 1.0));
+              }
+            }
+            std::fflush(stdout);
+          }
           CUDA_OK(cudaFree(d_ws));
         }
         for (View* v : {&full_bf16, &full_fp8, &full_tq3, &mix_fp8, &mix_tq3}) FreeView(*v);
@@ -419,6 +572,8 @@ int main(int argc, char** argv) {
     CUDA_OK(cudaFree(tq3.d_pages));
   }
   if (csv) std::fclose(csv);
+  if (timeline_csv) std::fclose(timeline_csv);
+  CUDA_OK(cudaFree(d_flush_end_ns));
   CUDA_OK(cudaFree(d_flush));
   CUDA_OK(cudaFree(d_flush_sink));
   return 0;

@@ -129,4 +129,27 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
 // CudaDecodeRun with the same plan) into out. For benchmarks (the merge's share of a step) and re-merging.
 Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 
+// Diagnostic timeline of a decode step (v19; build switch MINIMAKV_CUDA_TIMELINE=1, off by default: without it the
+// kernels carry no probe and CudaTimelineCompiled() is false). With it, thread 0 of every CTA of the partial kernels
+// and of the merge writes %globaltimer (ns, one clock for all SMs) at four points into a device table, slot
+// kernel * kCudaTimelineMaxCtas + CTA (blockIdx.x + gridDim.x * blockIdx.y; CTAs past the cap are not recorded).
+// Kernel index: int(KvFormat) of a partial kernel (0 BF16, 1 FP8, 2 TQ3), kCudaTimelineMerge for the merge.
+inline constexpr int kCudaTimelineKernels = 4;
+inline constexpr int kCudaTimelineMerge = 3;
+inline constexpr int kCudaTimelineMaxCtas = 4096;
+struct CudaCtaTimes {
+  uint64_t start_ns;       // kernel entry
+  uint64_t ready_ns;       // partial: query fragments built, first tiles in flight (the loop starts); merge: PDL wait done
+  uint64_t first_warp_ns;  // partial: the first of the 4 warps left the key loop (unused by the merge)
+  uint64_t loop_end_ns;    // partial: every warp left the key loop (barrier); merge: the row's items accumulated
+  uint64_t exit_ns;        // partial: partial states written; merge: output written
+  uint32_t sm;             // %smid
+  uint32_t written;        // 1 once the CTA ran (the table is zeroed by CudaTimelineReset)
+};
+bool CudaTimelineCompiled();
+// Zeroes the table (stream-ordered memset); call outside the timed region.
+Status CudaTimelineReset(cudaStream_t stream);
+// Copies the whole table (kCudaTimelineKernels * kCudaTimelineMaxCtas records) to the host (synchronous).
+Status CudaTimelineRead(std::vector<CudaCtaTimes>* out);
+
 }  // namespace minimakv

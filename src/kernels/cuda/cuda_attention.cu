@@ -127,6 +127,12 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_FP8_LAZY_MAX
 #define MINIMAKV_FP8_LAZY_MAX 1
 #endif
+// - MINIMAKV_CUDA_TIMELINE (v19): 1 = per-CTA %globaltimer probes in the partial and merge kernels (CudaCtaTimes,
+//   cuda_attention.h) for the fixed-cost breakdown of a step (bench: minimakv_cuda_bench --timeline N); 0 = no probe
+//   (the default: the kernels' PTX is unchanged). Diagnostic only: thread 0 of each CTA stores five words.
+#ifndef MINIMAKV_CUDA_TIMELINE
+#define MINIMAKV_CUDA_TIMELINE 0
+#endif
 constexpr bool kLazyFp8 = MINIMAKV_FP8_LAZY_MAX != 0;
 constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
 constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
@@ -236,6 +242,61 @@ __device__ inline uint32_t LoadU32(const uint8_t* p) { return *reinterpret_cast<
 // calls WaitForPriorGrids (the previous kernel of the stream has completed and its writes are visible) before it
 // reads anything an earlier kernel of the step wrote, and in any case before it exits, so that completion stays
 // transitive along the stream. Without the launch attribute both are no-ops.
+#if MINIMAKV_CUDA_TIMELINE
+// v19 timeline probes (MINIMAKV_CUDA_TIMELINE): thread 0 of a CTA stamps %globaltimer into its record.
+__device__ CudaCtaTimes g_cta_times[kCudaTimelineKernels * kCudaTimelineMaxCtas];
+__device__ inline uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
+__device__ inline CudaCtaTimes* CtaTimesRecord(int kernel) {
+  const unsigned cta = blockIdx.x + gridDim.x * blockIdx.y;
+  return cta < unsigned(kCudaTimelineMaxCtas) ? &g_cta_times[kernel * kCudaTimelineMaxCtas + cta] : nullptr;
+}
+__device__ inline void TimelineEntry(int kernel) {
+  if (threadIdx.x != 0) return;
+  const uint64_t now = GlobalTimerNs();
+  if (CudaCtaTimes* r = CtaTimesRecord(kernel)) {
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+    r->start_ns = now;
+    r->first_warp_ns = ~0ull;  // atomicMin target (the warps reach it after the CTA's first barrier)
+    r->sm = sm;
+    r->written = 1;
+  }
+}
+#define MINIMAKV_TIMELINE_ENTRY(kernel) TimelineEntry(kernel)
+#define MINIMAKV_TIMELINE_STAMP(kernel, field)                                          \
+  do {                                                                                  \
+    if (threadIdx.x == 0) {                                                             \
+      if (CudaCtaTimes* r_ = CtaTimesRecord(kernel)) r_->field = GlobalTimerNs();       \
+    }                                                                                   \
+  } while (0)
+#define MINIMAKV_TIMELINE_WARP_DONE(kernel)                                                           \
+  do {                                                                                                \
+    if (threadIdx.x % kWarpSize == 0) {                                                               \
+      if (CudaCtaTimes* r_ = CtaTimesRecord(kernel)) {                                                \
+        atomicMin(reinterpret_cast<unsigned long long*>(&r_->first_warp_ns), GlobalTimerNs());        \
+      }                                                                                               \
+    }                                                                                                 \
+  } while (0)
+#define MINIMAKV_TIMELINE_SYNC() __syncthreads()
+#else
+#define MINIMAKV_TIMELINE_ENTRY(kernel) \
+  do {                                  \
+  } while (0)
+#define MINIMAKV_TIMELINE_STAMP(kernel, field) \
+  do {                                         \
+  } while (0)
+#define MINIMAKV_TIMELINE_WARP_DONE(kernel) \
+  do {                                      \
+  } while (0)
+#define MINIMAKV_TIMELINE_SYNC() \
+  do {                           \
+  } while (0)
+#endif
+
 __device__ inline void AllowDependentLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ inline void WaitForPriorGrids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
@@ -595,6 +656,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int t = lane & 3;   // thread in group
   const HeadTile heads = CtaHeadTile(p);
   const int kv_head = heads.kv_head;
+  MINIMAKV_TIMELINE_ENTRY(int(kFormat));
   const CudaWorkItem item = p.items[blockIdx.x];
   AllowDependentLaunch();
 
@@ -620,6 +682,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
 
   BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
   __syncthreads();
+  MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
   float row_sum = 0.0f;       // head g, this thread's keys (reduced at the end)
@@ -823,11 +886,13 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
+  MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
   // The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
+  MINIMAKV_TIMELINE_STAMP(int(kFormat), loop_end_ns);
   float* warp_out = reinterpret_cast<float*>(stages_base);          // [warps][kRows][kHeadDim]
   float* warp_max = warp_out + kDecodeWarps * kRows * kHeadDim;     // [warps][kRows]
   float* warp_sum = warp_max + kDecodeWarps * kRows;                // [warps][kRows]
@@ -864,6 +929,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   __syncthreads();
   WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum);
+  MINIMAKV_TIMELINE_SYNC();
+  MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1339,6 +1406,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
   const HeadTile heads = CtaHeadTile(p);
   const int kv_head = heads.kv_head;
+  MINIMAKV_TIMELINE_ENTRY(int(kFormat));
   const CudaWorkItem item = p.items[blockIdx.x];
   AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
@@ -1482,6 +1550,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
   }
   __syncthreads();
+  MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
   const Tq3Tables tab = shared_tables[lane];
   const Tq3DigitTables digits = shared_digits[kImma ? lane : 0];
   // Integer scores -> base-2 logits before the key scale: heads 2t, 2t + 1 (rows >= group hold zero queries).
@@ -1914,10 +1983,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
       }
     }
   }
+  MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
+  MINIMAKV_TIMELINE_STAMP(int(kFormat), loop_end_ns);
   constexpr int kRowWords = CombineRowWords<kHeadDim>();
   float* warp_out = reinterpret_cast<float*>(stages_base);        // [warps][kRows] rows of kRowWords
   float* warp_max = warp_out + kDecodeWarps * kRows * kRowWords;  // [warps][kRows]
@@ -1954,6 +2025,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum);
+  MINIMAKV_TIMELINE_SYNC();
+  MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2059,7 +2132,9 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergeParams p) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
+  MINIMAKV_TIMELINE_ENTRY(kCudaTimelineMerge);
   WaitForPriorGrids();  // the partial states of this step
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
   const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
   if (row >= p.num_seqs * p.num_q_heads) return;
   const int seq = row / p.num_q_heads;
@@ -2080,9 +2155,11 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   for (int v = 0; v < p.num_views; ++v) {
     if (v != p.tq3_view) MergeView<kHeadDim>(p, v, seq, head, lane, acc, &acc_lse);
   }
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, loop_end_ns);
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = acc[k];
   if (lane == 0) p.lse_log2[row] = acc_lse;
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, exit_ns);
 }
 
 // v10 merge: one CTA of kWarps warps per (sequence, query head) row. The row's items of
@@ -2101,7 +2178,9 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
   __shared__ float warp_lse[kWarps];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
+  MINIMAKV_TIMELINE_ENTRY(kCudaTimelineMerge);
   WaitForPriorGrids();  // the partial states of this step
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
   const int row = blockIdx.x;
   const int seq = row / p.num_q_heads;
   const int head = row % p.num_q_heads;
@@ -2257,6 +2336,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
   for (int k = 0; k < kPerLane; ++k) warp_out[warp][lane + kWarpSize * k] = acc[0][k];
   if (lane == 0) warp_lse[warp] = acc_lse[0];
   __syncthreads();
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, loop_end_ns);
   if (warp != 0) return;
   // Warp 0 merges the kWarps states at once: weights from the common max (independent exp2s), one division.
   float lse[kWarps];
@@ -2297,6 +2377,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = out[k];
   if (lane == 0) p.lse_log2[row] = out_lse;
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, exit_ns);
 }
 
 // Raises the dynamic shared memory limit of a partial kernel (once per instantiation; Plan::Create calls it before
@@ -2628,6 +2709,29 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
   return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, programmatic);
 }
 
+
+bool CudaTimelineCompiled() { return MINIMAKV_CUDA_TIMELINE != 0; }
+
+Status CudaTimelineReset(cudaStream_t stream) {
+#if MINIMAKV_CUDA_TIMELINE
+  void* table = nullptr;
+  MINIMAKV_RETURN_IF_ERROR(CudaError(cudaGetSymbolAddress(&table, g_cta_times), "timeline table address"));
+  return CudaError(cudaMemsetAsync(table, 0, sizeof(g_cta_times), stream), "timeline reset");
+#else
+  (void)stream;
+  return Status::Unsupported("timeline probes not compiled (build with -DMINIMAKV_CUDA_TIMELINE=1)");
+#endif
+}
+
+Status CudaTimelineRead(std::vector<CudaCtaTimes>* out) {
+#if MINIMAKV_CUDA_TIMELINE
+  out->resize(size_t(kCudaTimelineKernels) * kCudaTimelineMaxCtas);
+  return CudaError(cudaMemcpyFromSymbol(out->data(), g_cta_times, sizeof(g_cta_times)), "timeline read");
+#else
+  out->clear();
+  return Status::Unsupported("timeline probes not compiled (build with -DMINIMAKV_CUDA_TIMELINE=1)");
+#endif
+}
 
 Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
   return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, /*programmatic=*/false);
