@@ -143,7 +143,7 @@ void PlanView(const PagedKvView& view, const AttentionQueries& queries, const Ha
   // Rows of one task: whole GQA groups of consecutive query tokens while they fit, else pieces of one group;
   // how many rows each family takes is the dispatcher's (TaskRowsFor).
   const int rows_per_task = cpu::TaskRowsFor(options.family, options.force_scalar, layout.format, group, d,
-                                             options.max_task_rows);
+                                             options.max_task_rows, options.tq3_scores);
   const float score_scale_log2 = queries.sm_scale * kLog2e;
 
   // Count tasks and pages to decide whether sequences must be split over page ranges.
@@ -284,15 +284,17 @@ void RunPlans(std::span<ViewPlan> plans, const CpuAttentionOptions& options) {
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim) {
   const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, format, group, head_dim,
-                                                    options.max_task_rows));
-  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim));
+                                                    options.max_task_rows, options.tq3_scores));
+  return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim, options.tq3_scores));
 }
 
 const char* CpuTq3ScoresFor(const CpuAttentionOptions& options, int group, int head_dim) {
   const KvFormat tq3 = KvFormat::kTq3;
   const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, tq3, group, head_dim,
-                                                    options.max_task_rows));
-  if (cpu::SelectIsa(options.family, options.force_scalar, tq3, rows, head_dim) != cpu::CpuIsa::kAmx) return "";
+                                                    options.max_task_rows, options.tq3_scores));
+  if (cpu::SelectIsa(options.family, options.force_scalar, tq3, rows, head_dim, options.tq3_scores) != cpu::CpuIsa::kAmx) {
+    return "";
+  }
   return cpu::UseTq3Int8Scores(options.tq3_scores, tq3, rows, head_dim) ? "int8" : "bf16";
 }
 

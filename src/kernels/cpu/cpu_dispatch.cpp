@@ -45,6 +45,16 @@ CpuKernelFamily EnvironmentFamily() {
   return family;
 }
 
+// CpuTq3Scores::kAuto: TQ3 scores on AMX-INT8 wherever the machine has it. Session 8 (docs/BENCHMARKS.md
+// section 3): interleaved single-thread A/B, same binary, AMX with int8 scores over AMX with bf16 scores, thread
+// CPU time, median of 16 rounds (16K tokens x 8 KV heads, caches flushed), rows 1..8:
+//   d 64   0.84 0.90 0.92 0.93 0.92 0.89 0.90 0.93
+//   d 128  0.83 0.87 0.89 0.93 0.92 0.80 0.82 0.96   (rows 4: 0.94, 0.936 in 16 and 30 more rounds)
+//   d 256  0.87 0.84 0.86 0.84 0.85 0.82 0.81 0.82   (rows 6: 0.84 in 30 more rounds)
+//   rows 16, d 128: 0.92
+// and `minimakv bench --isa auto/bf16,auto/i8` at the Llama and Qwen3.6 shapes (32K, 2 threads) likewise.
+constexpr bool kTq3Int8ScoresByDefault = true;
+
 // kAuto on a machine with both families: AMX (A) or AVX-512 (V) per format, head_dim and task rows 1..8.
 // Single-thread A/B, AMX time / AVX-512 time (< 1: AMX faster), runs of 18:14-18:38 UTC
 // at commits 9797555 / 068ec46, several runs per cell where close
@@ -77,7 +87,8 @@ CpuKernelFamily EnvironmentFamily() {
 // = the GQA group: Llama-3-8B (group 4, d 128) runs AVX-512 BF16 and AMX FP8 / TQ3 as before, Qwen3.6-27B
 // AVX-512 BF16 and FP8, AMX TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
 // AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX; since session 6 TQ3 row 1 (every head_dim) to
-// AVX-512.
+// AVX-512 (these TQ3 letters hold for bf16 scores; with int8 scores, the default since session 8, every TQ3
+// row runs AMX: AutoIsa).
 // Rows 9..16 (GQA groups of 9-16 as one task, AMX only: the other families cut them into tasks of 8, see
 // TaskRowsFor): one letter per (format, head_dim), so every piece of a group above 16 (16 + remainder) runs
 // the same family. Measured at the Qwen3-235B shape (group 16, d 128), `minimakv bench --shape qwen3-235b
@@ -97,8 +108,12 @@ constexpr char kAutoTable[3][3][kTableRows + 1] = {
     {"VAAAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA"},  // tq3
 };
 // (format, head_dim, rows) -> the family kAutoTable names; head_dim outside 64/128/256 or rows outside
-// 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, TaskRowsFor).
-CpuIsa AutoIsa(KvFormat format, int rows, int head_dim) {
+// 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, TaskRowsFor). TQ3 tasks
+// whose scores run on AMX-INT8 (UseTq3Int8Scores) take AMX at every row count: session 8 (docs/BENCHMARKS.md
+// section 3) measured AMX with int8 scores at 0.80-0.96x the time of AMX with bf16 scores at rows 1-8 and
+// d 64/128/256, and at 0.86-0.92x the AVX-512 time at row 1 (where AMX with bf16 scores took 1.04-1.13x).
+CpuIsa AutoIsa(KvFormat format, int rows, int head_dim, CpuTq3Scores tq3_scores) {
+  if (UseTq3Int8Scores(tq3_scores, format, rows, head_dim)) return CpuIsa::kAmx;
   const int format_index = format == KvFormat::kBf16 ? 0 : format == KvFormat::kFp8 ? 1 : 2;
   const int dim_index = head_dim <= 64 ? 0 : head_dim <= 128 ? 1 : 2;
   const int row_index = std::clamp(rows, 1, kTableRows) - 1;
@@ -106,20 +121,18 @@ CpuIsa AutoIsa(KvFormat format, int rows, int head_dim) {
 }
 
 // The family asked for (the table for kAuto), before the row limit of SelectIsa.
-CpuIsa WantedIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim) {
+CpuIsa WantedIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim,
+                 CpuTq3Scores tq3_scores) {
   if (force_scalar) family = CpuKernelFamily::kScalar;
   if (family == CpuKernelFamily::kAuto) family = EnvironmentFamily();
   switch (family) {
-    case CpuKernelFamily::kAuto: return UsableIsa(AutoIsa(format, rows, head_dim));
+    case CpuKernelFamily::kAuto: return UsableIsa(AutoIsa(format, rows, head_dim, tq3_scores));
     case CpuKernelFamily::kAmx: return UsableIsa(CpuIsa::kAmx);
     case CpuKernelFamily::kAvx512: return UsableIsa(CpuIsa::kAvx512);
     case CpuKernelFamily::kScalar: break;
   }
   return CpuIsa::kScalar;
 }
-
-// CpuTq3Scores::kAuto: TQ3 scores on AMX-INT8 or bf16 (docs/BENCHMARKS.md section 3, "Session 8").
-constexpr bool kTq3Int8ScoresByDefault = false;
 
 }  // namespace
 
@@ -132,15 +145,16 @@ CpuIsa UsableIsa(CpuIsa wanted) {
 
 int MaxTaskRowsOf(CpuIsa isa) { return isa == CpuIsa::kAvx512 ? kMaxAvx512TaskRows : kMaxTaskRows; }
 
-CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim) {
-  const CpuIsa isa = WantedIsa(family, force_scalar, format, rows, head_dim);
+CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim,
+                 CpuTq3Scores tq3_scores) {
+  const CpuIsa isa = WantedIsa(family, force_scalar, format, rows, head_dim, tq3_scores);
   // TaskRowsFor never plans more rows than the chosen family takes; should a caller pass more, the scalar
   // kernels (any row count) answer rather than a kernel that would drop rows.
   return rows <= MaxTaskRowsOf(isa) ? isa : CpuIsa::kScalar;
 }
 
 int TaskRowsFor(CpuKernelFamily family, bool force_scalar, KvFormat format, int group, int head_dim,
-                int max_task_rows) {
+                int max_task_rows, CpuTq3Scores tq3_scores) {
   const int cap = std::clamp(max_task_rows, 1, kMaxTaskRows);
   // Whole groups of consecutive tokens while one fits in `limit` rows, else pieces of `limit` heads.
   auto whole_groups = [&](int limit) { return group <= limit ? limit / group * group : limit; };
@@ -148,7 +162,7 @@ int TaskRowsFor(CpuKernelFamily family, bool force_scalar, KvFormat format, int 
   if (group <= kNarrowTaskRows) return narrow;
   const int wide = whole_groups(cap);
   if (wide <= narrow) return narrow;
-  return wide <= MaxTaskRowsOf(WantedIsa(family, force_scalar, format, wide, head_dim)) ? wide : narrow;
+  return wide <= MaxTaskRowsOf(WantedIsa(family, force_scalar, format, wide, head_dim, tq3_scores)) ? wide : narrow;
 }
 
 KernelFn KernelFor(CpuIsa isa) {
@@ -173,7 +187,7 @@ bool UseTq3Int8Scores(CpuTq3Scores wanted, KvFormat format, int rows, int head_d
 }
 
 KernelFn SelectKernel(const CpuAttentionOptions& options, KvFormat format, int rows, int head_dim) {
-  const CpuIsa isa = SelectIsa(options.family, options.force_scalar, format, rows, head_dim);
+  const CpuIsa isa = SelectIsa(options.family, options.force_scalar, format, rows, head_dim, options.tq3_scores);
   if (isa == CpuIsa::kAmx && UseTq3Int8Scores(options.tq3_scores, format, rows, head_dim)) return &AttendAmxTq3Int8;
   return KernelFor(isa);
 }

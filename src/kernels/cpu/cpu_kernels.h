@@ -63,8 +63,10 @@ enum class CpuIsa { kScalar, kAvx512, kAmx };
 
 // The one place that decides which kernel runs (kernels/cpu/cpu_dispatch.cpp): for a task of `rows` query rows
 // (1..kMaxTaskRows; a decode task's rows are the GQA group) over a view of `format` and `head_dim`. Never a
-// family whose MaxTaskRowsOf is below `rows` (the scalar kernels take any count).
-CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim);
+// family whose MaxTaskRowsOf is below `rows` (the scalar kernels take any count). tq3_scores: the TQ3 score variant
+// asked for (kAuto runs every TQ3 task on AMX where its scores are int8: UseTq3Int8Scores).
+CpuIsa SelectIsa(CpuKernelFamily family, bool force_scalar, KvFormat format, int rows, int head_dim,
+                 CpuTq3Scores tq3_scores = CpuTq3Scores::kAuto);
 // The most rows one task of family `isa` accepts.
 int MaxTaskRowsOf(CpuIsa isa);
 // Query rows per task for a view of `format` and `head_dim` with `group` query heads per KV head, at most
@@ -73,7 +75,7 @@ int MaxTaskRowsOf(CpuIsa isa);
 // a larger group becomes one task (pieces of 16 above 16) when the family SelectIsa picks for that many rows
 // accepts them, else pieces of kNarrowTaskRows. Every task then runs SelectIsa(rows of that task).
 int TaskRowsFor(CpuKernelFamily family, bool force_scalar, KvFormat format, int group, int head_dim,
-                int max_task_rows);
+                int max_task_rows, CpuTq3Scores tq3_scores = CpuTq3Scores::kAuto);
 // The family that runs when `wanted` is asked for explicitly: wanted, or the next one down the machine has.
 CpuIsa UsableIsa(CpuIsa wanted);
 KernelFn KernelFor(CpuIsa isa);
