@@ -110,10 +110,12 @@ class CudaDecodePlan {
   size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
   size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
+  size_t counters_offset_bytes_ = 0;                // int32 [kCudaMaxViews] work counters (v19 dynamic items)
   size_t meta_bytes_ = 0;                           // the uploaded prefix
   int total_items_ = 0;
   int head_ctas_[kCudaMaxViews] = {};
   int cta_heads_[kCudaMaxViews] = {};
+  int grid_ctas_[kCudaMaxViews] = {};               // v19 dynamic items: persistent CTAs of view v's kernel
   size_t workspace_bytes_ = 0;
   std::vector<uint8_t> host_meta_;                  // what Upload copies
 };

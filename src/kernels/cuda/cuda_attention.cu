@@ -133,6 +133,29 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_TIMELINE
 #define MINIMAKV_CUDA_TIMELINE 0
 #endif
+// - MINIMAKV_DYNAMIC_ITEMS (v19): 1 = persistent partial-kernel CTAs (one per resident slot) take work units
+//   ((item, head tile) pairs) from a per-view atomic counter, and the plan cuts a long sequence into kDynamicSplit
+//   times more items (at least kDynamicMinChunkTokens each): the v19 timeline found the step's largest fixed cost in
+//   the wave's ragged end (the slowest CTA 3-47% longer than the median one; one item per slot cannot rebalance).
+//   The merge resets the counters after its PDL wait (so a captured step replays). 0 = one CTA per work unit.
+#ifndef MINIMAKV_DYNAMIC_ITEMS
+#define MINIMAKV_DYNAMIC_ITEMS 0
+#endif
+#ifndef MINIMAKV_DYNAMIC_SPLIT
+#define MINIMAKV_DYNAMIC_SPLIT 4
+#endif
+#ifndef MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS
+#define MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS 1024
+#endif
+// - MINIMAKV_MERGE_EARLY_INDEX (v19): 1 = MergeRowKernel reads its row's item lists (indptr: the plan's upload, not
+//   written by this step's kernels) before its PDL wait, so the wait's release starts with the partial states' loads
+//   (one dependent round trip less after the last partial CTA); 0 = everything after the wait.
+#ifndef MINIMAKV_MERGE_EARLY_INDEX
+#define MINIMAKV_MERGE_EARLY_INDEX 0
+#endif
+constexpr bool kDynamicItems = MINIMAKV_DYNAMIC_ITEMS != 0;
+constexpr int kDynamicSplit = MINIMAKV_DYNAMIC_SPLIT;
+constexpr int kDynamicMinChunkTokens = MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS;
 constexpr bool kLazyFp8 = MINIMAKV_FP8_LAZY_MAX != 0;
 constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
 constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
@@ -419,6 +442,11 @@ struct DecodeParams {
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
   CudaSignBits signs;      // TQ3: the rotation's signs (q' = H D q / sqrt(d))
   float inv_sqrt_dim;
+#if MINIMAKV_DYNAMIC_ITEMS
+  int num_items;           // items of this view (work unit u = item u % num_items, head-tile row u / num_items)
+  int work_units;          // num_items x grid rows (kv_heads x head_tiles)
+  int* claim_counter;      // work units taken beyond the grid's first ones (zeroed by Upload and by the merge)
+#endif
 };
 
 // v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
@@ -431,12 +459,39 @@ struct HeadTile {
   int first_head;
   int rows;
 };
-__device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
-  const int y = int(blockIdx.y);
+__device__ inline HeadTile CtaHeadTile(const DecodeParams& p, int y) {
   const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
   const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
   return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
 }
+
+// v19 (MINIMAKV_DYNAMIC_ITEMS): a persistent CTA's first work unit is blockIdx.x; thread 0 takes the next one from
+// the view's counter (issued right after the key loop, so its round trip overlaps the combine) and the CTA reads it
+// from shared memory after its last barrier. Without the switch: one unit per CTA, (blockIdx.x, blockIdx.y).
+#if MINIMAKV_DYNAMIC_ITEMS
+#define MINIMAKV_WORK_LOOP_BEGIN                                 \
+  __shared__ int next_work_unit;                                 \
+  for (int work_unit = int(blockIdx.x); work_unit < p.work_units;) { \
+    const unsigned item_index = unsigned(work_unit % p.num_items); \
+    const int head_tile_row = work_unit / p.num_items;
+#define MINIMAKV_ITEM_INDEX item_index
+#define MINIMAKV_HEAD_TILE_ROW head_tile_row
+#define MINIMAKV_WORK_CLAIM() \
+  const int claimed_unit = threadIdx.x == 0 ? int(gridDim.x) + atomicAdd(p.claim_counter, 1) : 0
+#define MINIMAKV_WORK_LOOP_END            \
+    if (threadIdx.x == 0) next_work_unit = claimed_unit; \
+    __syncthreads();                      \
+    work_unit = next_work_unit;           \
+  }
+#else
+#define MINIMAKV_WORK_LOOP_BEGIN
+#define MINIMAKV_ITEM_INDEX blockIdx.x
+#define MINIMAKV_HEAD_TILE_ROW int(blockIdx.y)
+#define MINIMAKV_WORK_CLAIM() \
+  do {                        \
+  } while (0)
+#define MINIMAKV_WORK_LOOP_END
+#endif
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
 // of its page (K codes, V codes, K scales, V scales of 16 tokens of one head), copied with 16-byte cp.async.cg
@@ -555,9 +610,9 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
 // kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
-__device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
-                                          const float* warp_max, const float* warp_sum) {
-  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
+__device__ inline void WritePartialStates(const DecodeParams& p, unsigned item_index, const HeadTile& heads,
+                                          const float* warp_out, const float* warp_max, const float* warp_sum) {
+  const size_t state_base = size_t(p.item_offset + item_index) * p.num_q_heads + size_t(heads.first_head);
   for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
@@ -654,10 +709,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int warp = threadIdx.x / kWarpSize;
   const int g = lane >> 2;  // MMA group id: head row (QK), key row (K load), dim rows (V)
   const int t = lane & 3;   // thread in group
-  const HeadTile heads = CtaHeadTile(p);
-  const int kv_head = heads.kv_head;
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
-  const CudaWorkItem item = p.items[blockIdx.x];
+  MINIMAKV_WORK_LOOP_BEGIN
+  const HeadTile heads = CtaHeadTile(p, MINIMAKV_HEAD_TILE_ROW);
+  const int kv_head = heads.kv_head;
+  const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
   AllowDependentLaunch();
 
   const int page_tokens = p.layout.page_tokens;
@@ -887,6 +943,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
+  MINIMAKV_WORK_CLAIM();
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
@@ -928,9 +985,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, MINIMAKV_ITEM_INDEX, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
+  MINIMAKV_WORK_LOOP_END
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1404,10 +1462,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int warp = threadIdx.x / kWarpSize;
   const int g = lane >> 2;  // key rows g, 8 + g (scores); dim rows (values)
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
-  const HeadTile heads = CtaHeadTile(p);
-  const int kv_head = heads.kv_head;
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
-  const CudaWorkItem item = p.items[blockIdx.x];
+  MINIMAKV_WORK_LOOP_BEGIN
+  const HeadTile heads = CtaHeadTile(p, MINIMAKV_HEAD_TILE_ROW);
+  const int kv_head = heads.kv_head;
+  const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
   AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
   // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
@@ -1984,6 +2043,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
+  MINIMAKV_WORK_CLAIM();
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
@@ -2024,9 +2084,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, MINIMAKV_ITEM_INDEX, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
+  MINIMAKV_WORK_LOOP_END
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2045,7 +2106,20 @@ struct MergeParams {
   float* lse_log2;
   CudaSignBits signs;
   float inv_sqrt_dim;
+#if MINIMAKV_DYNAMIC_ITEMS
+  int* claim_counters;  // [kCudaMaxViews] the partial kernels' work counters: zeroed here for the next step
+#endif
 };
+
+// v19 (MINIMAKV_DYNAMIC_ITEMS): after the merge's PDL wait every partial kernel of the step has completed, so the
+// work counters can go back to 0 for the next step (whose first kernel is ordered after this one).
+__device__ inline void ResetClaimCounters(const MergeParams& p) {
+#if MINIMAKV_DYNAMIC_ITEMS
+  if (blockIdx.x == 0 && threadIdx.x < kCudaMaxViews) p.claim_counters[threadIdx.x] = 0;
+#else
+  (void)p;
+#endif
+}
 
 // Merges the items of one view of (seq, head) into one state, then that state into acc via MergePartialState.
 // Items in parallel: lanes reduce the max and the weight sum of the LSEs; the outputs are then accumulated with
@@ -2135,6 +2209,7 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   MINIMAKV_TIMELINE_ENTRY(kCudaTimelineMerge);
   WaitForPriorGrids();  // the partial states of this step
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
+  ResetClaimCounters(p);
   const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
   if (row >= p.num_seqs * p.num_q_heads) return;
   const int seq = row / p.num_q_heads;
@@ -2179,8 +2254,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   MINIMAKV_TIMELINE_ENTRY(kCudaTimelineMerge);
+#if !MINIMAKV_MERGE_EARLY_INDEX
   WaitForPriorGrids();  // the partial states of this step
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
+  ResetClaimCounters(p);
+#endif
   const int row = blockIdx.x;
   const int seq = row / p.num_q_heads;
   const int head = row % p.num_q_heads;
@@ -2197,6 +2275,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
     first[v + 1] = first[v] + (end - begin);
   }
   const int total = first[kCudaMaxViews];
+#if MINIMAKV_MERGE_EARLY_INDEX
+  WaitForPriorGrids();  // the partial states of this step (the item lists above are the plan's: read before it)
+  MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
+  ResetClaimCounters(p);
+#endif
   static_assert(kCudaMaxViews == 3, "state_of selects among three views");
   auto state_of = [&](int item) {  // partial-state index of list position item (< total); selects, no local memory
     const bool v2 = item >= first[2];
@@ -2468,14 +2551,16 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
 }
 
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
-Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
+Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, int grid_ctas, cudaStream_t stream,
+                     bool programmatic) {
   using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
   MINIMAKV_RETURN_IF_ERROR(
       CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
-  // grid y: every head tile of every KV head (CtaHeadTile).
+  // grid y: every head tile of every KV head (CtaHeadTile). v19 dynamic items: grid_ctas persistent CTAs (x only).
   const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), dim3(unsigned(items), head_ctas),
-                                dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
+  const dim3 grid = kDynamicItems ? dim3(unsigned(grid_ctas)) : dim3(unsigned(items), head_ctas);
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), grid, dim3(kDecodeThreads),
+                                L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
 }
 
@@ -2577,6 +2662,13 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
       }
       if (ctas > 16 * slots) break;  // smaller chunks only add waves and merge work
     }
+    if (kDynamicItems) {
+      // v19: kDynamicSplit times more (shorter) items, taken by persistent CTAs from a counter, so that CTAs on fast
+      // SMs take more of them; chunks stay >= kDynamicMinChunkTokens (short sequences keep the wave-filling split).
+      const int64_t min_dynamic_pages = (kDynamicMinChunkTokens + view.page_tokens - 1) / view.page_tokens;
+      const int64_t dynamic_pages = std::max(min_dynamic_pages, (chunk_pages + kDynamicSplit - 1) / kDynamicSplit);
+      chunk_pages = std::min(chunk_pages, dynamic_pages);
+    }
     indptr[v].assign(size_t(shape.num_seqs) + 1, 0);
     for (int s = 0; s < shape.num_seqs; ++s) {
       const int begin = view.page_indptr[s];
@@ -2593,6 +2685,9 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
       indptr[v][s + 1] = int32_t(items[v].size());
     }
     plan.item_count_[v] = int(items[v].size());
+    // Persistent CTAs (dynamic items): one per resident slot, at most one per work unit.
+    const int64_t work_units = int64_t(plan.item_count_[v]) * shape.kv_heads * plan.head_ctas_[v];
+    plan.grid_ctas_[v] = int(std::min(work_units, slots));
     plan.item_offset_[v] = plan.total_items_;
     plan.total_items_ += plan.item_count_[v];
   }
@@ -2604,6 +2699,8 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     plan.indptr_offset_bytes_[v] = offset;
     offset = AlignUp(offset + indptr[v].size() * sizeof(int32_t));
   }
+  plan.counters_offset_bytes_ = offset;  // int32 [kCudaMaxViews] work counters (v19 dynamic items), zeroed by Upload
+  offset = AlignUp(offset + kCudaMaxViews * sizeof(int32_t));
   plan.meta_bytes_ = offset;
   plan.host_meta_.assign(offset, 0);
   for (int v = 0; v < num_views; ++v) {
@@ -2698,11 +2795,16 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.head_tiles = plan.head_ctas_[v];
     params.tile_heads = plan.cta_heads_[v];
     params.q_scale = shape.sm_scale * kLog2e;
+#if MINIMAKV_DYNAMIC_ITEMS
+    params.num_items = plan.item_count_[v];
+    params.work_units = plan.item_count_[v] * shape.kv_heads * plan.head_ctas_[v];
+    params.claim_counter = reinterpret_cast<int*>(ws + plan.counters_offset_bytes_) + v;
+#endif
     // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
     MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
         layout.format, shape.head_dim, params.tile_heads, [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
-          return LaunchPartial<kFormat, kHeadDim, kHeadTiles>(params, plan.item_count_[v], shape.kv_heads, stream,
-                                                              programmatic);
+          return LaunchPartial<kFormat, kHeadDim, kHeadTiles>(params, plan.item_count_[v], shape.kv_heads,
+                                                              plan.grid_ctas_[v], stream, programmatic);
         }));
     programmatic = true;
   }
@@ -2756,6 +2858,9 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
   merge.lse_log2 = out.lse_log2;
   merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
   merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
+#if MINIMAKV_DYNAMIC_ITEMS
+  merge.claim_counters = reinterpret_cast<int*>(ws + plan.counters_offset_bytes_);
+#endif
   for (int v = 0; v < plan.num_views_; ++v) {
     merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);
     merge.item_offset[v] = plan.item_offset_[v];

@@ -499,6 +499,27 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   CUDA_OK(cudaMemcpy(replay.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
   CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
         name.c_str());
+  // v19: repeated steps in one stream (graph replays back to back, then eager runs), the output poisoned before
+  // each: every step must redo all the work, so state carried from one step to the next (the work counters of a
+  // MINIMAKV_DYNAMIC_ITEMS build, reset by the merge) must be back at its start; outputs and LSEs bit-identical.
+  constexpr int kRepeatedSteps = 3;
+  std::vector<float> again(q_count), again_lse(got_lse.size());
+  for (int step = 0; step < 2 * kRepeatedSteps; ++step) {
+    CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, q_count * 4, stream));
+    CUDA_OK(cudaMemsetAsync(lse.data(), 0xFF, got_lse.size() * 4, stream));
+    if (step < kRepeatedSteps) {
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+    } else {
+      STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(again.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(again_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK(std::memcmp(again.data(), got.data(), q_count * 4) == 0 &&
+              std::memcmp(again_lse.data(), got_lse.data(), got_lse.size() * 4) == 0,
+          "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step,
+          step < kRepeatedSteps ? "graph replay" : "eager");
+  }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
 
