@@ -14,6 +14,11 @@
 //     bf16; alpha = kTq3UnitsPerMagnitude): the key and value tiles hold the signed units as one exact bf16 part
 //     and 1/alpha is folded into each vector's fp32 scale (fp16 scale / alpha, one fp32 rounding, as the
 //     reference's fp32 centroid float(B / alpha) is one rounding). One key tile and one value tile per step.
+//   * TQ3 scores on AMX-INT8 (AttendAmxTq3Int8, the default where the CPU has it: cpu_dispatch.cpp): the signed
+//     units are exact int8 too, so the key tiles hold them as int8 (64 coordinates per tile row and TDPBSSD) and
+//     the query is a 24-bit fixed point per row in three int8 digits (kQueryFixedMax): the digit sums are exact
+//     int32, so the score's only errors are the query's fixed-point rounding (6e-8 of max |q| per coordinate)
+//     and two fp32 roundings when the digits are combined. Values as above.
 //
 // One task (one KV head, R <= 16 query rows: a GQA group of up to 16 heads, or several tokens' groups), per
 // block of <= 64 keys of a page:

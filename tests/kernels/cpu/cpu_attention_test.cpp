@@ -1,6 +1,7 @@
 // Direct CPU kernels vs the materializing fp64 reference on the SAME pages, for every format and ISA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -369,6 +370,48 @@ TEST(CpuAttention, ManyQueryTokensOddGroupsMatchReference) {
         }
       }
     }
+  }
+}
+
+// The int8 scores round each query coordinate to a fixed point relative to the row's largest |coordinate|, so a
+// query with outlier channels (as real queries have) loses the most there: one channel 50x and one 20x the others,
+// and a query that is zero (fixed-point unit 0), still within the bound against the reference.
+TEST(CpuAttention, Tq3Int8ScoresWithOutlierAndZeroQueries) {
+  if (!cpu::AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 on this machine";
+  constexpr int kKvHeads = 2;
+  constexpr int kGroup = 4;
+  const std::vector<int64_t> lengths = {300, 77};
+  for (int head_dim : {64, 256}) {
+    const DenseBatch batch = MakeBatch(lengths, kKvHeads, head_dim, 71);
+    HadamardRotation rotation;
+    ASSERT_TRUE(HadamardRotation::Create(head_dim, HadamardRotation::kDefaultSeed, &rotation).ok());
+    SyntheticPool pool;
+    ASSERT_TRUE(BuildSyntheticPool({KvFormat::kTq3, kKvHeads, head_dim, 32}, &rotation, WholeSequences(lengths),
+                                   SourceOf(batch), 9, &pool).ok());
+    QueryBatch qb = MakeQueries({1, 2}, kKvHeads * kGroup, head_dim, 2.0f, 73);
+    const size_t rows = qb.q.size() / size_t(head_dim);
+    for (size_t r = 0; r < rows; ++r) {
+      float* q = qb.q.data() + r * size_t(head_dim);
+      if (r % 3 == 2) {
+        std::fill(q, q + head_dim, 0.0f);
+      } else {
+        q[r % size_t(head_dim)] *= 50.0f;
+        q[(r + 7) % size_t(head_dim)] *= 20.0f;
+      }
+    }
+    const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, head_dim);
+    const PagedKvView view = pool.View();
+    std::vector<double> want_out, want_lse;
+    ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
+    CpuAttentionOptions options;
+    ASSERT_TRUE(OptionsForIsa("amx/i8", &options));
+    ExpectInt8KernelChosen(options, kGroup, head_dim);
+    GuardedBuffer out(want_out.size());
+    GuardedBuffer lse(want_lse.size());
+    ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options).ok());
+    ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse, "d " + std::to_string(head_dim));
+    EXPECT_TRUE(out.CanariesIntact());
+    EXPECT_TRUE(lse.CanariesIntact());
   }
 }
 
