@@ -153,6 +153,21 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_MERGE_EARLY_INDEX
 #define MINIMAKV_MERGE_EARLY_INDEX 0
 #endif
+// - MINIMAKV_LATE_TRIGGER (v19): 1 = a partial-kernel CTA lets the step's next kernel launch (griddepcontrol.
+//   launch_dependents) after its key loop instead of at its top, so the next kernel's CTAs (the merge's, waiting in
+//   griddepcontrol.wait; in the mix the FP8 kernel's) are not resident beside the partial CTAs for the whole loop.
+//   v19's timeline: merge CTAs start ~2 us into the step on the SMs with free slots, and the partial CTAs' key loops
+//   there run up to 1.5x longer (TQ3, issue-bound); 0 = trigger at the top (v8-v18).
+#ifndef MINIMAKV_LATE_TRIGGER
+#define MINIMAKV_LATE_TRIGGER 0
+#endif
+// - MINIMAKV_QUERY_LOADS_FIRST (v19): 1 = the prologue issues all of a thread's query loads before it converts any
+//   (BuildQueryFragments: one global round trip instead of one per fragment-loop trip, 2-8 at d = 128 / 256;
+//   TQ3: both rows of a warp loaded before their rotations). The timeline put the BF16 / FP8 prologue at 3.7-5.2 us
+//   and the TQ3 one at 4.5-7.8 us, all of it on every step's critical path at batch 1. Same values (bit-identical).
+#ifndef MINIMAKV_QUERY_LOADS_FIRST
+#define MINIMAKV_QUERY_LOADS_FIRST 0
+#endif
 constexpr bool kDynamicItems = MINIMAKV_DYNAMIC_ITEMS != 0;
 constexpr int kDynamicSplit = MINIMAKV_DYNAMIC_SPLIT;
 constexpr int kDynamicMinChunkTokens = MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS;
@@ -654,7 +669,35 @@ template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                            uint4* q_frag) {
   constexpr int kMTiles = kHeadDim / 16;
+#if MINIMAKV_QUERY_LOADS_FIRST
+  // v19: every query value this thread needs, loaded in one round (the loop below then only converts).
+  constexpr int kTrips = kHeadTiles * kMTiles * kWarpSize / kDecodeThreads;
+  static_assert(kTrips * kDecodeThreads == kHeadTiles * kMTiles * kWarpSize, "whole trips");
+  float loaded[kTrips][2][2];
+#pragma unroll
+  for (int trip = 0; trip < kTrips; ++trip) {
+    const int e = int(threadIdx.x) + trip * kDecodeThreads;
+    const int tile = kHeadTiles == 1 ? 0 : e / (kMTiles * kWarpSize);
+    const int kstep = e / kWarpSize - tile * kMTiles;
+    const int ln = e % kWarpSize;
+    const int row = kMaxGroup * tile + (ln >> 2);
+    const float* q_row =
+        row < heads.rows ? p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim : nullptr;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int el = 0; el < 2; ++el) {
+        const int dim = (kstep / 8) * kBlockDims + KDim<kFormat>(ln & 3, 2 * (kstep % 8) + half, el);
+        loaded[trip][half][el] = q_row ? q_row[dim] : 0.0f;
+      }
+    }
+  }
+#pragma unroll
+  for (int trip = 0; trip < kTrips; ++trip) {
+    const int e = int(threadIdx.x) + trip * kDecodeThreads;
+#else
   for (int e = threadIdx.x; e < kHeadTiles * kMTiles * kWarpSize; e += kDecodeThreads) {
+#endif
     const int tile = kHeadTiles == 1 ? 0 : e / (kMTiles * kWarpSize);
     const int kstep = e / kWarpSize - tile * kMTiles;
     const int ln = e % kWarpSize;
@@ -671,8 +714,16 @@ __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWork
       uint16_t lo[2];
 #pragma unroll
       for (int el = 0; el < 2; ++el) {
+#if MINIMAKV_QUERY_LOADS_FIRST
+        (void)q_row;
+        (void)block;
+        (void)tt;
+        (void)jj;
+        const float v = loaded[trip][half][el] * p.q_scale;  // 0 for rows past the group, as below
+#else
         const int dim = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
         const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
+#endif
         hi[el] = ToOperand<kFormat>(v);
         lo[el] = ToOperand<kFormat>(v - FromOperand<kFormat>(hi[el]));
       }
@@ -714,7 +765,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const HeadTile heads = CtaHeadTile(p, MINIMAKV_HEAD_TILE_ROW);
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
+#if !MINIMAKV_LATE_TRIGGER
   AllowDependentLaunch();
+#endif
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
@@ -944,6 +997,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
   MINIMAKV_WORK_CLAIM();
+#if MINIMAKV_LATE_TRIGGER
+  AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take the slots that free up now
+#endif
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
@@ -1165,20 +1221,43 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   };
   // Row r of the group, rotated, at q_rows + r kHeadDim.
   auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
+#if MINIMAKV_QUERY_LOADS_FIRST
+  // v19: the rows of this warp (row = warp + 4 r) loaded in one round before the first rotation.
+  constexpr int kWarpRows = kMaxGroup * kHeadTiles / kDecodeWarps;
+  constexpr int kLaneValues = kHeadDim / kWarpSize;
+  float loaded[kWarpRows][kLaneValues];
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r) {
+    const int row = warp + kDecodeWarps * r;
+#pragma unroll
+    for (int k = 0; k < kLaneValues; ++k) {
+      loaded[r][k] = row < heads.rows ? query_row(row)[lane + kWarpSize * k] : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r) {
+    const int row = warp + kDecodeWarps * r;
+#else
   for (int row = warp; row < kMaxGroup * kHeadTiles; row += kDecodeWarps) {
+#endif
     float amax = 0.0f;
     if (row < heads.rows) {
       // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
       // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
       // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576).
-      const float* q_row = query_row(row);
       constexpr int kPerLane = kHeadDim / kWarpSize;
       float v[kPerLane];
+#if MINIMAKV_QUERY_LOADS_FIRST
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) v[k] = loaded[r][k] * cuda_detail::SignOf(p.signs, lane + kWarpSize * k);
+#else
+      const float* q_row = query_row(row);
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int i = lane + kWarpSize * k;
         v[k] = q_row[i] * cuda_detail::SignOf(p.signs, i);
       }
+#endif
       cuda_detail::WarpFwht<kHeadDim>(v, lane);
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
@@ -1467,7 +1546,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const HeadTile heads = CtaHeadTile(p, MINIMAKV_HEAD_TILE_ROW);
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
+#if !MINIMAKV_LATE_TRIGGER
   AllowDependentLaunch();
+#endif
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
   // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
   // back before nearly every prmt (~65 extra instructions per tile in the SASS).
@@ -2044,6 +2125,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
   MINIMAKV_WORK_CLAIM();
+#if MINIMAKV_LATE_TRIGGER
+  AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take the slots that free up now
+#endif
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
