@@ -504,7 +504,8 @@ int main(int argc, char** argv) {
               STATUS_OK(CudaTimelineRead(&records));
               AddStepMetrics(records, flush_end_ns, double(ms) * 1000.0, &metrics);
             }
-            std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; 0 = flush end):\n",
+            std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; "
+                        "0 = flush end):\n",
                         shape.name, ctx, batch, variant.name, timeline_steps);
             for (size_t i = 0; i < metrics.names.size(); ++i) {
               const std::vector<double>& v = metrics.values[i];

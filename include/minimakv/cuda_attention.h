@@ -141,7 +141,7 @@ inline constexpr int kCudaTimelineMerge = 3;
 inline constexpr int kCudaTimelineMaxCtas = 4096;
 struct CudaCtaTimes {
   uint64_t start_ns;       // kernel entry
-  uint64_t ready_ns;       // partial: query fragments built, first tiles in flight (the loop starts); merge: PDL wait done
+  uint64_t ready_ns;       // partial: query fragments built, first tiles in flight; merge: PDL wait done
   uint64_t first_warp_ns;  // partial: the first of the 4 warps left the key loop (unused by the merge)
   uint64_t loop_end_ns;    // partial: every warp left the key loop (barrier); merge: the row's items accumulated
   uint64_t exit_ns;        // partial: partial states written; merge: output written

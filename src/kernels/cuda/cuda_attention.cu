@@ -149,9 +149,10 @@ constexpr float kProbScale = 16384.0f;
 #endif
 // - MINIMAKV_MERGE_EARLY_INDEX (v19): 1 = MergeRowKernel reads its row's item lists (indptr: the plan's upload, not
 //   written by this step's kernels) before its PDL wait, so the wait's release starts with the partial states' loads
-//   (one dependent round trip less after the last partial CTA); 0 = everything after the wait.
+//   (one dependent round trip less after the last partial CTA); 0 = everything after the wait (v10-v18). Default 1:
+//   same-run A/B over 8 points x 4 formats (5 rounds): no cell slower beyond 0.05%, batch 1 0.5-3.4% faster (v19).
 #ifndef MINIMAKV_MERGE_EARLY_INDEX
-#define MINIMAKV_MERGE_EARLY_INDEX 0
+#define MINIMAKV_MERGE_EARLY_INDEX 1
 #endif
 // - MINIMAKV_LATE_TRIGGER (v19): 1 = a partial-kernel CTA lets the step's next kernel launch (griddepcontrol.
 //   launch_dependents) after its key loop instead of at its top, so the next kernel's CTAs (the merge's, waiting in
@@ -474,11 +475,22 @@ struct HeadTile {
   int first_head;
   int rows;
 };
-__device__ inline HeadTile CtaHeadTile(const DecodeParams& p, int y) {
+#if !MINIMAKV_DYNAMIC_ITEMS
+__device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
+  const int y = int(blockIdx.y);
   const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
   const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
   return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
 }
+#else
+// v19 dynamic items: the same for head-tile row y of a work unit. (A separate function: CtaHeadTile(p) written as
+// this with y = blockIdx.y renumbered and reordered the BF16 two-tile kernels' PTX registers, same instructions.)
+__device__ inline HeadTile CtaHeadTileOfRow(const DecodeParams& p, int y) {
+  const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
+  const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
+  return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
+}
+#endif
 
 // v19 (MINIMAKV_DYNAMIC_ITEMS): a persistent CTA's first work unit is blockIdx.x; thread 0 takes the next one from
 // the view's counter (issued right after the key loop, so its round trip overlaps the combine) and the CTA reads it
@@ -490,7 +502,8 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p, int y) {
     const unsigned item_index = unsigned(work_unit % p.num_items); \
     const int head_tile_row = work_unit / p.num_items;
 #define MINIMAKV_ITEM_INDEX item_index
-#define MINIMAKV_HEAD_TILE_ROW head_tile_row
+#define MINIMAKV_ITEM_ARG , item_index
+#define MINIMAKV_CTA_HEAD_TILE CtaHeadTileOfRow(p, head_tile_row)
 #define MINIMAKV_WORK_CLAIM() \
   const int claimed_unit = threadIdx.x == 0 ? int(gridDim.x) + atomicAdd(p.claim_counter, 1) : 0
 #define MINIMAKV_WORK_LOOP_END            \
@@ -501,7 +514,8 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p, int y) {
 #else
 #define MINIMAKV_WORK_LOOP_BEGIN
 #define MINIMAKV_ITEM_INDEX blockIdx.x
-#define MINIMAKV_HEAD_TILE_ROW int(blockIdx.y)
+#define MINIMAKV_ITEM_ARG
+#define MINIMAKV_CTA_HEAD_TILE CtaHeadTile(p)
 #define MINIMAKV_WORK_CLAIM() \
   do {                        \
   } while (0)
@@ -625,9 +639,17 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
 // kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
-__device__ inline void WritePartialStates(const DecodeParams& p, unsigned item_index, const HeadTile& heads,
-                                          const float* warp_out, const float* warp_max, const float* warp_sum) {
+__device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
+                                          const float* warp_max, const float* warp_sum
+#if MINIMAKV_DYNAMIC_ITEMS
+                                          , unsigned item_index
+#endif
+) {
+#if MINIMAKV_DYNAMIC_ITEMS
   const size_t state_base = size_t(p.item_offset + item_index) * p.num_q_heads + size_t(heads.first_head);
+#else
+  const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
+#endif
   for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
@@ -762,7 +784,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int t = lane & 3;   // thread in group
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
   MINIMAKV_WORK_LOOP_BEGIN
-  const HeadTile heads = CtaHeadTile(p, MINIMAKV_HEAD_TILE_ROW);
+  const HeadTile heads = MINIMAKV_CTA_HEAD_TILE;
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
 #if !MINIMAKV_LATE_TRIGGER
@@ -1041,7 +1063,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, MINIMAKV_ITEM_INDEX, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum MINIMAKV_ITEM_ARG);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
   MINIMAKV_WORK_LOOP_END
@@ -1543,7 +1565,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
   MINIMAKV_WORK_LOOP_BEGIN
-  const HeadTile heads = CtaHeadTile(p, MINIMAKV_HEAD_TILE_ROW);
+  const HeadTile heads = MINIMAKV_CTA_HEAD_TILE;
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
 #if !MINIMAKV_LATE_TRIGGER
@@ -2168,7 +2190,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, MINIMAKV_ITEM_INDEX, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum MINIMAKV_ITEM_ARG);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
   MINIMAKV_WORK_LOOP_END
