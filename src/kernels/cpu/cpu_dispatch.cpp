@@ -111,7 +111,7 @@ constexpr char kAutoTable[3][3][kTableRows + 1] = {
 // 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, TaskRowsFor). TQ3 tasks
 // whose scores run on AMX-INT8 (UseTq3Int8Scores) take AMX at every row count: session 8 (docs/BENCHMARKS.md
 // section 3) measured AMX with int8 scores at 0.80-0.96x the time of AMX with bf16 scores at rows 1-8 and
-// d 64/128/256, and at 0.86-0.92x the AVX-512 time at row 1 (where AMX with bf16 scores took 1.04-1.13x).
+// d 64/128/256, and at 0.79-0.92x the AVX-512 time at row 1 (where AMX with bf16 scores took 1.04-1.13x).
 CpuIsa AutoIsa(KvFormat format, int rows, int head_dim, CpuTq3Scores tq3_scores) {
   if (UseTq3Int8Scores(tq3_scores, format, rows, head_dim)) return CpuIsa::kAmx;
   const int format_index = format == KvFormat::kBf16 ? 0 : format == KvFormat::kFp8 ? 1 : 2;

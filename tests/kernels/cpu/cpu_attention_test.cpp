@@ -553,7 +553,7 @@ TEST(CpuDispatch, AutoChoosesPerShapeAsMeasured) {
     {KvFormat::kTq3, 2, 64, "amx"},      {KvFormat::kTq3, 2, 256, "amx"},
   };
   // The table above is for TQ3 with bf16 scores; with int8 scores (the default where the machine has AMX-INT8)
-  // every TQ3 task runs AMX, row 1 included (session 8: AMX int8 0.86-0.92x the AVX-512 time at row 1).
+  // every TQ3 task runs AMX, row 1 included (session 8: AMX int8 0.79-0.92x the AVX-512 time at row 1).
   CpuAttentionOptions bf16_scores;  // kAuto family
   bf16_scores.tq3_scores = CpuTq3Scores::kBf16;
   for (const Expected& e : expected) {
