@@ -189,10 +189,12 @@ std::string PathIsa(const CpuAttentionOptions& options, const DecodeShape& shape
 // the TQ3 score variant and a TQ3 view of the path runs on AMX (so A/B rows of one family differ).
 std::string PathIsaLabel(const CpuAttentionOptions& options, const DecodeShape& shape, const std::string& path) {
   std::string isa = PathIsa(options, shape, path);
-  if (options.max_task_rows != CpuAttentionOptions{}.max_task_rows) isa += ":" + std::to_string(options.max_task_rows);
+  if (options.max_task_rows != CpuAttentionOptions{}.max_task_rows) {
+    isa.append(":").append(std::to_string(options.max_task_rows));
+  }
   const std::string scores = CpuTq3ScoresFor(options, shape.q_heads / shape.kv_heads, shape.head_dim);
   if (options.tq3_scores != CpuTq3Scores::kAuto && (path == "tq3" || path == "minima") && !scores.empty()) {
-    isa += scores == "int8" ? "/i8" : "/bf16";
+    isa.append(scores == "int8" ? "/i8" : "/bf16");
   }
   return isa;
 }
