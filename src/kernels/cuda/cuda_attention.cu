@@ -169,6 +169,23 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_QUERY_LOADS_FIRST
 #define MINIMAKV_QUERY_LOADS_FIRST 0
 #endif
+// - MINIMAKV_ROW_CLAIMS (v20): 1 = the warps of all CTAs of one row (the items that split one sequence's keys of this
+//   view, for one head-tile row y) claim the row's key units (32 keys TQ3, 16 FP8) from one int32 counter per (view,
+//   sequence, y) instead of walking their item's fixed units, so CTAs on fast SMs take more units and the row's CTAs
+//   end within about one unit of each other (v19: the slowest CTA's key loop 30-47% (TQ3) longer than the median
+//   one). The grid, one prologue / epilogue / partial state per CTA and the merge are unchanged; a CTA's state covers
+//   a non-contiguous set of the row's keys (the LSE merge does not care; a CTA with no unit writes an empty state).
+//   Each warp's first L::kStages units are static (round s: s * row warps + its index in the row), later ones
+//   claimed one copy ahead (the claim is read one loop iteration after it was issued, the page id another one
+//   later). The counters live in the plan's uploaded prefix (zeroed by Upload and by the merge after its PDL wait, as
+//   v19's). Transposed kernel only (FP8, TQ3); BF16 keeps its items. 0 = fixed units per item (v8-v19).
+#ifndef MINIMAKV_ROW_CLAIMS
+#define MINIMAKV_ROW_CLAIMS 0
+#endif
+#if MINIMAKV_ROW_CLAIMS && MINIMAKV_DYNAMIC_ITEMS
+#error "MINIMAKV_ROW_CLAIMS and MINIMAKV_DYNAMIC_ITEMS exclude each other"
+#endif
+constexpr bool kRowClaims = MINIMAKV_ROW_CLAIMS != 0;
 constexpr bool kDynamicItems = MINIMAKV_DYNAMIC_ITEMS != 0;
 constexpr int kDynamicSplit = MINIMAKV_DYNAMIC_SPLIT;
 constexpr int kDynamicMinChunkTokens = MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS;
@@ -442,6 +459,15 @@ __device__ inline void LoadBf16V(const uint8_t* vec, int g, uint32_t (&pairs)[kH
 // ---------------------------------------------------------------------------------------------------------
 // Partial kernel
 
+// v20 (MINIMAKV_ROW_CLAIMS): per work item, the keys of its whole row (all items of its sequence in this view) and
+// its place among the row's CTAs: the plan writes one per item (16 bytes: one vector load beside the item's).
+struct alignas(16) RowSpan {
+  int32_t page_begin;   // the sequence's first page (index into page_ids)
+  int32_t page_end;
+  int32_t last_tokens;  // valid tokens of the sequence's last page
+  int32_t ctas;         // (item index within the row << 16) | items of the row (both < 2^16: at most 16 waves)
+};
+
 struct DecodeParams {
   const uint8_t* pages;
   const int32_t* page_ids;
@@ -462,6 +488,10 @@ struct DecodeParams {
   int num_items;           // items of this view (work unit u = item u % num_items, head-tile row u / num_items)
   int work_units;          // num_items x grid rows (kv_heads x head_tiles)
   int* claim_counter;      // work units taken beyond the grid's first ones (zeroed by Upload and by the merge)
+#endif
+#if MINIMAKV_ROW_CLAIMS
+  const RowSpan* row_spans;  // [items of the view]
+  int* row_counters;         // [num_seqs][grid y] units claimed beyond the static ones (zeroed by Upload and merge)
 #endif
 };
 
@@ -1568,6 +1598,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const HeadTile heads = MINIMAKV_CTA_HEAD_TILE;
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
+#if MINIMAKV_ROW_CLAIMS
+  const RowSpan keys = p.row_spans[blockIdx.x];  // v20: the row's keys, whose units this CTA's warps claim
+#else
+  const CudaWorkItem& keys = item;  // the item's keys
+#endif
 #if !MINIMAKV_LATE_TRIGGER
   AllowDependentLaunch();
 #endif
@@ -1587,9 +1622,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
-  const int num_pages = item.page_end - item.page_begin;
-  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
-  const int last_tile_valid = item.last_tokens - kTile * ((item.last_tokens - 1) / kTile);  // in [1, kTile]
+  const int num_pages = keys.page_end - keys.page_begin;
+  const int num_tiles = (num_pages - 1) * tiles_per_page + (keys.last_tokens + kTile - 1) / kTile;
+  const int last_tile_valid = keys.last_tokens - kTile * ((keys.last_tokens - 1) / kTile);  // in [1, kTile]
   const size_t page_bytes = p.layout.page_bytes();
   const int vectors = p.layout.kv_heads * page_tokens;
   const int v_codes_section = vectors * L::kCodeBytes;
@@ -1640,8 +1675,19 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   };
   // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + 4, ...
   const int num_units = kSub == 1 ? num_tiles : (num_tiles + kSub - 1) / kSub;
+#if MINIMAKV_ROW_CLAIMS
+  // v20: the row's CTAs x 4 warps take the units of static round s (s < kStages) at s * row_warps + the warp's index
+  // in the row; the counter hands out the units from kStages * row_warps on. A warp's units increase, so its first
+  // unit past the row's end ends its loop.
+  const int row_warps = (keys.ctas & 0xFFFF) * kDecodeWarps;
+  const int claim_base = L::kStages * row_warps;
+  int* const row_counter = p.row_counters + size_t(item.seq) * gridDim.y + blockIdx.y;
+  int issue_tile = (keys.ctas >> 16) * kDecodeWarps + warp;  // the next unit to copy
+  int queued_units[L::kStages - 1];  // units of the stages in flight, oldest first (the loop computes queued_units[0])
+#else
   int issue_tile = warp;  // the next unit to copy
-  const int32_t* item_page_ids = p.page_ids + item.page_begin;
+#endif
+  const int32_t* item_page_ids = p.page_ids + keys.page_begin;
   // Page ids of a unit's tiles (0 past the item's last tile, not copied). With an even number of tiles per page
   // both tiles of a pair lie in one page.
   // (ids[sub] of such a second tile is not loaded: the copy takes ids[0]. v11 copied ids[0] into ids[1] right after
@@ -1661,7 +1707,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   // computed here once; a unit's copies cost one page base and a few adds.
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   // (v16: head_dim 64's 48-chunk runs are no whole rounds of the warp: always the per-tile copies.)
-  const bool regular_units = kFormat == KvFormat::kTq3 && kUnitChunks % kWarpSize == 0 && pair_in_page &&
+  const bool regular_units = kFormat == KvFormat::kTq3 && !kRowClaims && kUnitChunks % kWarpSize == 0 && pair_in_page &&
                              (kSub * kDecodeWarps) % tiles_per_page == 0;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
   const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
@@ -1702,8 +1748,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     unit_page_ids(issue_tile, ids);
     issue_unit(s, ids, issue_tile);
     CpAsyncCommit();
+#if MINIMAKV_ROW_CLAIMS
+    queued_units[s] = issue_tile;
+    issue_tile += row_warps;
+#else
     issue_tile += kDecodeWarps;
+#endif
   }
+#if MINIMAKV_ROW_CLAIMS
+  // Lane 0 holds the warp's pending claim (read by the shuffle in issue_next, an iteration later); num_units = none.
+  int claim_raw = num_units;
+  if (lane == 0 && issue_tile < num_units) claim_raw = claim_base + atomicAdd(row_counter, 1);
+#endif
   // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
@@ -1768,7 +1824,15 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   auto issue_next = [&]() {  // unit issue_tile into the stage freed by this iteration
     issue_unit(write_stage, next_page_id, issue_tile);
     CpAsyncCommit();
+#if MINIMAKV_ROW_CLAIMS
+#pragma unroll
+    for (int s = 0; s + 1 < L::kStages - 1; ++s) queued_units[s] = queued_units[s + 1];
+    queued_units[L::kStages - 2] = issue_tile;
+    issue_tile = __shfl_sync(kFullWarpMask, claim_raw, 0);  // claimed an iteration ago
+    if (lane == 0 && issue_tile < num_units) claim_raw = claim_base + atomicAdd(row_counter, 1);
+#else
     issue_tile += kDecodeWarps;
+#endif
     next_page_index += page_step;
     prefetch_page_ids(issue_tile, next_page_id);
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
@@ -1795,7 +1859,15 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
       return TilePFrags{prev_pb0[sub], prev_pb1[sub], 0u, 0u};
     }
   };
+#if MINIMAKV_ROW_CLAIMS
+  bool computed_any = false;  // (pipelined: a last unit's values are pending after the loop)
+  for (;;) {
+    const int unit = queued_units[0];
+    if (unit >= num_units) break;
+    computed_any = true;
+#else
   for (int unit = warp; unit < num_units; unit += kDecodeWarps) {
+#endif
     if constexpr (!kPipeline) issue_next();
     // Pipelined: units up to this one + kStages - 2 are committed (the last copy was issued at the end of the
     // previous iteration), so kStages - 2 groups may stay pending.
@@ -2137,7 +2209,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
   }
   if constexpr (kPipeline) {
+#if MINIMAKV_ROW_CLAIMS
+    if (computed_any) {  // the last unit's values
+#else
     if (warp < num_units) {  // the last unit's values
+#endif
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
         TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
@@ -2215,6 +2291,10 @@ struct MergeParams {
 #if MINIMAKV_DYNAMIC_ITEMS
   int* claim_counters;  // [kCudaMaxViews] the partial kernels' work counters: zeroed here for the next step
 #endif
+#if MINIMAKV_ROW_CLAIMS
+  int* row_counters;  // v20: all views' row claim counters, zeroed here for the next step
+  int row_counter_count;
+#endif
 };
 
 // v19 (MINIMAKV_DYNAMIC_ITEMS): after the merge's PDL wait every partial kernel of the step has completed, so the
@@ -2222,6 +2302,10 @@ struct MergeParams {
 __device__ inline void ResetClaimCounters(const MergeParams& p) {
 #if MINIMAKV_DYNAMIC_ITEMS
   if (blockIdx.x == 0 && threadIdx.x < kCudaMaxViews) p.claim_counters[threadIdx.x] = 0;
+#elif MINIMAKV_ROW_CLAIMS
+  for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < p.row_counter_count; i += int(gridDim.x * blockDim.x)) {
+    p.row_counters[i] = 0;
+  }
 #else
   (void)p;
 #endif
@@ -2807,6 +2891,28 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   }
   plan.counters_offset_bytes_ = offset;  // int32 [kCudaMaxViews] work counters (v19 dynamic items), zeroed by Upload
   offset = AlignUp(offset + kCudaMaxViews * sizeof(int32_t));
+  std::vector<RowSpan> row_spans[kCudaMaxViews];
+  if (kRowClaims) {
+    // v20: every item's row span (its sequence's pages in this view, its index among the sequence's items) and one
+    // claim counter per (sequence, grid row) of each view, in the uploaded prefix (so Upload zeroes the counters).
+    for (int v = 0; v < num_views; ++v) {
+      for (int s = 0; s < shape.num_seqs; ++s) {
+        const int first = indptr[v][s];
+        const int count = indptr[v][s + 1] - first;
+        if (count >= (1 << 16)) return Status::Internal("row claims: more than 65535 items in one sequence");
+        for (int i = 0; i < count; ++i) {
+          row_spans[v].push_back({views[v].page_indptr[s], views[v].page_indptr[s + 1], views[v].last_page_tokens[s],
+                                  (i << 16) | count});
+        }
+      }
+      plan.row_spans_offset_bytes_[v] = offset;
+      offset = AlignUp(offset + row_spans[v].size() * sizeof(RowSpan));
+      plan.row_counter_first_[v] = plan.row_counter_count_;
+      plan.row_counter_count_ += shape.num_seqs * shape.kv_heads * plan.head_ctas_[v];
+    }
+    plan.row_counters_offset_bytes_ = offset;
+    offset = AlignUp(offset + size_t(plan.row_counter_count_) * sizeof(int32_t));
+  }
   plan.meta_bytes_ = offset;
   plan.host_meta_.assign(offset, 0);
   for (int v = 0; v < num_views; ++v) {
@@ -2816,6 +2922,10 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     std::memcpy(plan.host_meta_.data() + plan.indptr_offset_bytes_[v], indptr[v].data(),
                 indptr[v].size() * sizeof(int32_t));
+    if (!row_spans[v].empty()) {
+      std::memcpy(plan.host_meta_.data() + plan.row_spans_offset_bytes_[v], row_spans[v].data(),
+                  row_spans[v].size() * sizeof(RowSpan));
+    }
   }
   plan.part_out_offset_bytes_ = offset;
   offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * shape.head_dim * sizeof(float));
@@ -2906,6 +3016,10 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.work_units = plan.item_count_[v] * shape.kv_heads * plan.head_ctas_[v];
     params.claim_counter = reinterpret_cast<int*>(ws + plan.counters_offset_bytes_) + v;
 #endif
+#if MINIMAKV_ROW_CLAIMS
+    params.row_spans = reinterpret_cast<const RowSpan*>(ws + plan.row_spans_offset_bytes_[v]);
+    params.row_counters = reinterpret_cast<int*>(ws + plan.row_counters_offset_bytes_) + plan.row_counter_first_[v];
+#endif
     // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
     MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
         layout.format, shape.head_dim, params.tile_heads, [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
@@ -2966,6 +3080,10 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
   merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
 #if MINIMAKV_DYNAMIC_ITEMS
   merge.claim_counters = reinterpret_cast<int*>(ws + plan.counters_offset_bytes_);
+#endif
+#if MINIMAKV_ROW_CLAIMS
+  merge.row_counters = reinterpret_cast<int*>(ws + plan.row_counters_offset_bytes_);
+  merge.row_counter_count = plan.row_counter_count_;
 #endif
   for (int v = 0; v < plan.num_views_; ++v) {
     merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);

@@ -28,6 +28,13 @@
 
 using namespace minimakv;
 
+// v20: a MINIMAKV_ROW_CLAIMS build (the kernels' flag reaches this file through the same CUDA flags) assigns key units
+// to CTAs by timing, so repeated steps agree with the reference, not bit for bit with each other.
+#ifndef MINIMAKV_ROW_CLAIMS
+#define MINIMAKV_ROW_CLAIMS 0
+#endif
+constexpr bool kRowClaimsBuild = MINIMAKV_ROW_CLAIMS != 0;
+
 namespace {
 
 int g_failures = 0;
@@ -369,7 +376,8 @@ struct DecodeCase {
   int sm_count;  // 0 = the device's
 };
 
-void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
+// fixed_tokens (v20): tokens per sequence of every format instead of the random mix (rows split over many items).
+void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const std::vector<int>* fixed_tokens = nullptr) {
   const int d = c.head_dim;
   const int group = c.num_q_heads / c.kv_heads;
   const uint64_t seed = rng();
@@ -393,6 +401,10 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   }
   if (num_seqs > 1) {
     for (size_t f = 0; f < c.formats.size(); ++f) tokens[f][1] = 0;  // a sequence with no cached token at all
+  }
+  if (fixed_tokens != nullptr) {
+    for (size_t f = 0; f < c.formats.size(); ++f) tokens[f] = *fixed_tokens;
+    name += " fixed";
   }
   std::vector<HostView> views(c.formats.size());
   std::vector<float> x(d);
@@ -497,8 +509,15 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   CUDA_OK(cudaStreamSynchronize(stream));
   std::vector<float> replay(q_count);
   CUDA_OK(cudaMemcpy(replay.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
-  CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
-        name.c_str());
+  std::vector<std::pair<std::vector<float>, std::vector<float>>> repeated;  // row-claims builds: outputs, LSEs
+  if (kRowClaimsBuild) {
+    std::vector<float> replay_lse(got_lse.size());
+    CUDA_OK(cudaMemcpy(replay_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
+    repeated.push_back({replay, replay_lse});
+  } else {
+    CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
+          name.c_str());
+  }
   // v19: repeated steps in one stream (graph replays back to back, then eager runs), the output poisoned before
   // each: every step must redo all the work, so state carried from one step to the next (the work counters of a
   // MINIMAKV_DYNAMIC_ITEMS build, reset by the merge) must be back at its start; outputs and LSEs bit-identical.
@@ -515,17 +534,31 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaMemcpy(again.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(again_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
-    CHECK(std::memcmp(again.data(), got.data(), q_count * 4) == 0 &&
-              std::memcmp(again_lse.data(), got_lse.data(), got_lse.size() * 4) == 0,
-          "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step,
-          step < kRepeatedSteps ? "graph replay" : "eager");
+    if (kRowClaimsBuild) {
+      // v20: which CTA computes which key units depends on timing, so the sums group differently from step to step
+      // (not bit-identical); every step must still be a full, correct step: checked against the reference below.
+      repeated.push_back({again, again_lse});
+    } else {
+      CHECK(std::memcmp(again.data(), got.data(), q_count * 4) == 0 &&
+                std::memcmp(again_lse.data(), got_lse.data(), got_lse.size() * 4) == 0,
+            "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step,
+            step < kRepeatedSteps ? "graph replay" : "eager");
+    }
   }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
 
-  // fp64 reference over the same dequantized pages.
-  double err2 = 0.0, ref2 = 0.0, worst_row = 0.0, worst_lse = 0.0;
-  int nonfinite = 0;
+  // fp64 reference over the same dequantized pages; output 0 = the first eager run, 1.. = the repeated steps of a
+  // row-claims build (v20), each checked against the reference with the same bounds.
+  std::vector<const std::vector<float>*> outs = {&got}, out_lses = {&got_lse};
+  for (const auto& r : repeated) {
+    outs.push_back(&r.first);
+    out_lses.push_back(&r.second);
+  }
+  const size_t num_outs = outs.size();
+  std::vector<double> err2(num_outs, 0.0), worst_row(num_outs, 0.0), worst_lse(num_outs, 0.0);
+  double ref2 = 0.0;
+  std::vector<int> nonfinite(num_outs, 0);
   std::vector<double> ref(d);
   for (int s = 0; s < num_seqs; ++s) {
     // Gather this sequence's dequantized K, V per kv head (all formats).
@@ -546,13 +579,15 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
       for (int gq = 0; gq < group; ++gq) {
         const int h = kh * group + gq;
         const float* qr = &q[(size_t(s) * c.num_q_heads + h) * d];
-        const float* gr = &got[(size_t(s) * c.num_q_heads + h) * d];
-        const float gl = got_lse[size_t(s) * c.num_q_heads + h];
-        for (int i = 0; i < d; ++i) nonfinite += !std::isfinite(gr[i]);
         if (keys.empty()) {
-          bool zero = true;
-          for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
-          CHECK(zero && gl == -INFINITY, "%s: empty seq %d head %d: lse %g, out not zero", name.c_str(), s, h, gl);
+          for (size_t o = 0; o < num_outs; ++o) {
+            const float* gr = &(*outs[o])[(size_t(s) * c.num_q_heads + h) * d];
+            const float gl = (*out_lses[o])[size_t(s) * c.num_q_heads + h];
+            bool zero = true;
+            for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
+            CHECK(zero && gl == -INFINITY, "%s: output %zu: empty seq %d head %d: lse %g, out not zero", name.c_str(),
+                  o, s, h, gl);
+          }
           continue;
         }
         std::vector<double> score(keys.size());
@@ -574,25 +609,29 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
             row_scale2 += w * double(vals[k][i]) * vals[k][i];
           }
         }
-        double row_err = 0.0, row_ref = 0.0;
+        double row_ref = 0.0;
         for (int i = 0; i < d; ++i) {
           ref[i] /= sum;
-          row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
           row_ref += ref[i] * ref[i];
         }
         row_scale2 /= sum;
-        err2 += row_err;
         ref2 += row_ref;
-        if (row_scale2 > 0) worst_row = std::max(worst_row, std::sqrt(row_err / row_scale2));
         const double ref_lse = (mx + std::log(sum)) / std::log(2.0);
-        worst_lse = std::max(worst_lse, std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
+        for (size_t o = 0; o < num_outs; ++o) {
+          const float* gr = &(*outs[o])[(size_t(s) * c.num_q_heads + h) * d];
+          const float gl = (*out_lses[o])[size_t(s) * c.num_q_heads + h];
+          double row_err = 0.0;
+          for (int i = 0; i < d; ++i) {
+            nonfinite[o] += !std::isfinite(gr[i]);
+            row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
+          }
+          err2[o] += row_err;
+          if (row_scale2 > 0) worst_row[o] = std::max(worst_row[o], std::sqrt(row_err / row_scale2));
+          worst_lse[o] = std::max(worst_lse[o], std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
+        }
       }
     }
   }
-  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
-  CHECK(nonfinite == 0, "%s: %d non-finite outputs", name.c_str(), nonfinite);
-  CHECK(rel <= 1e-3, "%s: relative L2 %.3g > 1e-3", name.c_str(), rel);
-  CHECK(worst_row <= 1e-3, "%s: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), worst_row);
   // TQ3 key scores use the query as a per-head 24-bit fixed point (cuda_attention.cu, v9 / v15: the key units of
   // tq3_codec.h are exact int8), so a score is off by up to ~2^-24 max|q| sum|unit| / alpha; the test's nearly
   // orthogonal q and k keep the LSE small, so the relative LSE error shows it. Measured (v15, 01:07 UTC): <= 1.0e-6
@@ -600,11 +639,28 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs) {
   // in 7 of the 8 TQ3-only cases, which this bound rejects), BF16 sets up to 1.4e-5 (its split hi + lo query).
   const bool has_bf16 = std::find(c.formats.begin(), c.formats.end(), KvFormat::kBf16) != c.formats.end();
   const double lse_bound = has_bf16 ? 5e-5 : 4e-6;
-  CHECK(worst_lse <= lse_bound, "%s: worst lse relative error %.3g > %.0e", name.c_str(), worst_lse, lse_bound);
+  std::vector<double> rel_of(num_outs, 0.0);
+  for (size_t o = 0; o < num_outs; ++o) {
+    const double rel = ref2 > 0 ? std::sqrt(err2[o] / ref2) : 0.0;
+    rel_of[o] = rel;
+    CHECK(nonfinite[o] == 0, "%s: output %zu: %d non-finite outputs", name.c_str(), o, nonfinite[o]);
+    CHECK(rel <= 1e-3, "%s: output %zu: relative L2 %.3g > 1e-3", name.c_str(), o, rel);
+    CHECK(worst_row[o] <= 1e-3, "%s: output %zu: worst row error / sqrt(sum p |v|^2) %.3g > 1e-3", name.c_str(), o,
+          worst_row[o]);
+    CHECK(worst_lse[o] <= lse_bound, "%s: output %zu: worst lse relative error %.3g > %.0e", name.c_str(), o,
+          worst_lse[o], lse_bound);
+  }
+  const double rel = rel_of[0];
   CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
         name.c_str());
   std::printf("  %-58s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), plan.total_items(), rel,
-              worst_row, worst_lse);
+              worst_row[0], worst_lse[0]);
+  if (num_outs > 1) {  // row claims: the worst of the repeated steps
+    std::printf("  %-58s repeated %zu: rel L2 <= %.2e  worst row <= %.2e  lse <= %.1e\n", "", num_outs - 1,
+                *std::max_element(rel_of.begin() + 1, rel_of.end()),
+                *std::max_element(worst_row.begin() + 1, worst_row.end()),
+                *std::max_element(worst_lse.begin() + 1, worst_lse.end()));
+  }
 
   CUDA_OK(cudaStreamDestroy(stream));
   CUDA_OK(cudaFree(d_q));
@@ -723,6 +779,19 @@ int main() {
       DecodeCase c = base;
       c.formats = formats;
       TestDecode(rng, c, 6);
+    }
+  }
+  // v20 (row claims): rows split over many items with odd lengths (a long sequence at the device's SM count: tens of
+  // 128-token items that share one counter; one at 1 SM: few items, many units each), rows with fewer units than
+  // the row's warps take statically (1, 31, 333 tokens), an empty sequence; every case also replays the captured step.
+  const std::vector<int> split_tokens = {6011, 0, 1, 333, 4097, 31};
+  const DecodeCase split_shapes[] = {{24, 4, 256, 16, {}, 0}, {32, 8, 128, 64, {}, 0}, {16, 2, 256, 32, {}, 1},
+                                     {26, 2, 128, 64, {}, 0}, {8, 8, 64, 16, {}, 3}};
+  for (const DecodeCase& base : split_shapes) {
+    for (const auto& formats : format_sets) {
+      DecodeCase c = base;
+      c.formats = formats;
+      TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
     }
   }
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
