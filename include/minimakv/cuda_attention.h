@@ -119,7 +119,7 @@ class CudaDecodePlan {
   // v20 row claims (MINIMAKV_ROW_CLAIMS builds only; else 0): per view a 16-byte row span per item, and the int32
   // claim counters of every (view, sequence, grid row), all views' in one run that Upload and the merge zero.
   size_t row_spans_offset_bytes_[kCudaMaxViews] = {};
-  int row_counter_first_[kCudaMaxViews] = {};       // view v's counters: [num_seqs][grid rows] from this index
+  int row_counter_first_[kCudaMaxViews] = {};       // view v's counters: [num_seqs][grid rows] x stride words from here
   size_t row_counters_offset_bytes_ = 0;
   int row_counter_count_ = 0;
   size_t workspace_bytes_ = 0;

@@ -182,10 +182,24 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_ROW_CLAIMS
 #define MINIMAKV_ROW_CLAIMS 0
 #endif
+// - MINIMAKV_ROW_CLAIM_STRIDE (v20): int32 words from one row's counter to the next. v20's first build packed them
+//   (64 counters in two 128-byte lines, i.e. one or two L2 slices taking ~1e9 returning atomics per second): every
+//   loop ran 28% (TQ3) to 55% (FP8) longer. 32 = one 128-byte line per counter.
+#ifndef MINIMAKV_ROW_CLAIM_STRIDE
+#define MINIMAKV_ROW_CLAIM_STRIDE 32
+#endif
+// - MINIMAKV_ROW_CLAIM_AHEAD (v20): claims a warp keeps in flight (each read this many loop iterations after it was
+//   issued; 1 or 2).
+#ifndef MINIMAKV_ROW_CLAIM_AHEAD
+#define MINIMAKV_ROW_CLAIM_AHEAD 2
+#endif
 #if MINIMAKV_ROW_CLAIMS && MINIMAKV_DYNAMIC_ITEMS
 #error "MINIMAKV_ROW_CLAIMS and MINIMAKV_DYNAMIC_ITEMS exclude each other"
 #endif
 constexpr bool kRowClaims = MINIMAKV_ROW_CLAIMS != 0;
+constexpr int kRowClaimStride = MINIMAKV_ROW_CLAIM_STRIDE;
+constexpr int kRowClaimAhead = MINIMAKV_ROW_CLAIM_AHEAD;
+static_assert(kRowClaimAhead == 1 || kRowClaimAhead == 2, "MINIMAKV_ROW_CLAIM_AHEAD: 1 or 2");
 constexpr bool kDynamicItems = MINIMAKV_DYNAMIC_ITEMS != 0;
 constexpr int kDynamicSplit = MINIMAKV_DYNAMIC_SPLIT;
 constexpr int kDynamicMinChunkTokens = MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS;
@@ -491,7 +505,7 @@ struct DecodeParams {
 #endif
 #if MINIMAKV_ROW_CLAIMS
   const RowSpan* row_spans;  // [items of the view]
-  int* row_counters;         // [num_seqs][grid y] units claimed beyond the static ones (zeroed by Upload and merge)
+  int* row_counters;         // [num_seqs][grid y] x kRowClaimStride words: units claimed beyond the static ones
 #endif
 };
 
@@ -1681,7 +1695,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   // unit past the row's end ends its loop.
   const int row_warps = (keys.ctas & 0xFFFF) * kDecodeWarps;
   const int claim_base = L::kStages * row_warps;
-  int* const row_counter = p.row_counters + size_t(item.seq) * gridDim.y + blockIdx.y;
+  int* const row_counter = p.row_counters + (size_t(item.seq) * gridDim.y + blockIdx.y) * kRowClaimStride;
   int issue_tile = (keys.ctas >> 16) * kDecodeWarps + warp;  // the next unit to copy
   int queued_units[L::kStages - 1];  // units of the stages in flight, oldest first (the loop computes queued_units[0])
 #else
@@ -1757,8 +1771,13 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
 #if MINIMAKV_ROW_CLAIMS
   // Lane 0 holds the warp's pending claim (read by the shuffle in issue_next, an iteration later); num_units = none.
-  int claim_raw = num_units;
-  if (lane == 0 && issue_tile < num_units) claim_raw = claim_base + atomicAdd(row_counter, 1);
+  // (Claims of one thread on one address return increasing values: per-location coherence follows program order.)
+  int claim_raw[kRowClaimAhead];
+#pragma unroll
+  for (int a = 0; a < kRowClaimAhead; ++a) {
+    claim_raw[a] = num_units;
+    if (lane == 0 && issue_tile < num_units) claim_raw[a] = claim_base + atomicAdd(row_counter, 1);
+  }
 #endif
   // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
@@ -1828,8 +1847,11 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
 #pragma unroll
     for (int s = 0; s + 1 < L::kStages - 1; ++s) queued_units[s] = queued_units[s + 1];
     queued_units[L::kStages - 2] = issue_tile;
-    issue_tile = __shfl_sync(kFullWarpMask, claim_raw, 0);  // claimed an iteration ago
-    if (lane == 0 && issue_tile < num_units) claim_raw = claim_base + atomicAdd(row_counter, 1);
+    issue_tile = __shfl_sync(kFullWarpMask, claim_raw[0], 0);  // claimed kRowClaimAhead iterations ago
+#pragma unroll
+    for (int a = 0; a + 1 < kRowClaimAhead; ++a) claim_raw[a] = claim_raw[a + 1];
+    claim_raw[kRowClaimAhead - 1] = num_units;
+    if (lane == 0 && issue_tile < num_units) claim_raw[kRowClaimAhead - 1] = claim_base + atomicAdd(row_counter, 1);
 #else
     issue_tile += kDecodeWarps;
 #endif
@@ -2908,7 +2930,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
       plan.row_spans_offset_bytes_[v] = offset;
       offset = AlignUp(offset + row_spans[v].size() * sizeof(RowSpan));
       plan.row_counter_first_[v] = plan.row_counter_count_;
-      plan.row_counter_count_ += shape.num_seqs * shape.kv_heads * plan.head_ctas_[v];
+      plan.row_counter_count_ += shape.num_seqs * shape.kv_heads * plan.head_ctas_[v] * kRowClaimStride;
     }
     plan.row_counters_offset_bytes_ = offset;
     offset = AlignUp(offset + size_t(plan.row_counter_count_) * sizeof(int32_t));
