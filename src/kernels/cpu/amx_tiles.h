@@ -75,6 +75,16 @@ inline void TileDotInt8() {
   asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
 }
 
+// The product of the score pass's element type: TileDotInt8 for int8 tiles, else TileDot (bf16).
+template <bool kInt8, int kC, int kA, int kB>
+inline void TileProduct() {
+  if constexpr (kInt8) {
+    TileDotInt8<kC, kA, kB>();
+  } else {
+    TileDot<kC, kA, kB>();
+  }
+}
+
 inline void TileRelease() { asm volatile("tilerelease" : : : "memory"); }
 
 }  // namespace minimakv::cpu::amx

@@ -80,6 +80,7 @@ using amx::kTileRows;      // rows of every tile we configure
 using amx::LoadTileConfig;
 using amx::TileDot;
 using amx::TileDotInt8;
+using amx::TileProduct;
 using amx::TileLoad;
 using amx::TileRelease;
 using amx::TileStore;
@@ -506,28 +507,24 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const Tq
       }
       const size_t offset = size_t(c) * kTileRowBytes;
       TileLoad<2>(a_base + offset, a_stride);
-      if constexpr (kInt8) {
-        TileLoad<4>(ws.q_digits[c][0], kTileRowBytes);
-        TileDotInt8<0, 2, 4>();
-        if constexpr (kColumnBlocks >= 2) {
-          TileLoad<5>(ws.q_digits[c][1], kTileRowBytes);
-          TileDotInt8<1, 2, 5>();
+      // The query's column blocks of this coordinate chunk: int8 digits (TDPBSSD) or bf16 parts (TDPBF16PS).
+      const void* q_block[kColumnBlocks];
+      for (int b = 0; b < kColumnBlocks; ++b) {
+        if constexpr (kInt8) {
+          q_block[b] = ws.q_digits[c][b];
+        } else {
+          q_block[b] = ws.q_tiles[c][b];
         }
-        if constexpr (kColumnBlocks == 3) {
-          TileLoad<6>(ws.q_digits[c][2], kTileRowBytes);
-          TileDotInt8<3, 2, 6>();
-        }
-      } else {
-        TileLoad<4>(ws.q_tiles[c][0], kTileRowBytes);
-        TileDot<0, 2, 4>();
-        if constexpr (kColumnBlocks >= 2) {
-          TileLoad<5>(ws.q_tiles[c][1], kTileRowBytes);
-          TileDot<1, 2, 5>();
-        }
-        if constexpr (kColumnBlocks == 3) {
-          TileLoad<6>(ws.q_tiles[c][2], kTileRowBytes);
-          TileDot<3, 2, 6>();
-        }
+      }
+      TileLoad<4>(q_block[0], kTileRowBytes);
+      TileProduct<kInt8, 0, 2, 4>();
+      if constexpr (kColumnBlocks >= 2) {
+        TileLoad<5>(q_block[1], kTileRowBytes);
+        TileProduct<kInt8, 1, 2, 5>();
+      }
+      if constexpr (kColumnBlocks == 3) {
+        TileLoad<6>(q_block[2], kTileRowBytes);
+        TileProduct<kInt8, 3, 2, 6>();
       }
     }
     TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
