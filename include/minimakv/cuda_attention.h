@@ -121,6 +121,7 @@ class CudaDecodePlan {
   size_t row_spans_offset_bytes_[kCudaMaxViews] = {};
   int row_counter_first_[kCudaMaxViews] = {};       // view v's counters: [num_seqs][grid rows] x stride words from here
   size_t row_counters_offset_bytes_ = 0;
+  size_t item_order_offset_bytes_[kCudaMaxViews] = {};  // v20 MINIMAKV_ROW_CLAIM_SPREAD: int32 item of CTA x
   int row_counter_count_ = 0;
   size_t workspace_bytes_ = 0;
   std::vector<uint8_t> host_meta_;                  // what Upload copies

@@ -193,6 +193,14 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_ROW_CLAIM_AHEAD
 #define MINIMAKV_ROW_CLAIM_AHEAD 2
 #endif
+// - MINIMAKV_ROW_CLAIM_SPREAD (v20, claims builds): 1 = CTA x takes the plan's item_order[x] (items ordered by their
+//   index within the sequence, then the sequence), so one row's CTAs are num_seqs launch positions apart instead of
+//   adjacent (if the block scheduler fills an SM with consecutive CTAs, adjacent CTAs of a row share an SM and
+//   claiming inside the row cannot move work between SMs: the v20 timelines kept a 44 us TQ3 tail with claims).
+#ifndef MINIMAKV_ROW_CLAIM_SPREAD
+#define MINIMAKV_ROW_CLAIM_SPREAD 0
+#endif
+#define MINIMAKV_ITEM_ORDER (MINIMAKV_ROW_CLAIMS && MINIMAKV_ROW_CLAIM_SPREAD)
 #if MINIMAKV_ROW_CLAIMS && MINIMAKV_DYNAMIC_ITEMS
 #error "MINIMAKV_ROW_CLAIMS and MINIMAKV_DYNAMIC_ITEMS exclude each other"
 #endif
@@ -507,6 +515,9 @@ struct DecodeParams {
   const RowSpan* row_spans;  // [items of the view]
   int* row_counters;         // [num_seqs][grid y] x kRowClaimStride words: units claimed beyond the static ones
 #endif
+#if MINIMAKV_ITEM_ORDER
+  const int32_t* item_order;  // [items of the view]: the item of CTA x
+#endif
 };
 
 // v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
@@ -555,6 +566,15 @@ __device__ inline HeadTile CtaHeadTileOfRow(const DecodeParams& p, int y) {
     __syncthreads();                      \
     work_unit = next_work_unit;           \
   }
+#elif MINIMAKV_ITEM_ORDER
+#define MINIMAKV_WORK_LOOP_BEGIN const unsigned item_index = unsigned(p.item_order[blockIdx.x]);
+#define MINIMAKV_ITEM_INDEX item_index
+#define MINIMAKV_ITEM_ARG , item_index
+#define MINIMAKV_CTA_HEAD_TILE CtaHeadTile(p)
+#define MINIMAKV_WORK_CLAIM() \
+  do {                        \
+  } while (0)
+#define MINIMAKV_WORK_LOOP_END
 #else
 #define MINIMAKV_WORK_LOOP_BEGIN
 #define MINIMAKV_ITEM_INDEX blockIdx.x
@@ -685,11 +705,11 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum
-#if MINIMAKV_DYNAMIC_ITEMS
+#if MINIMAKV_DYNAMIC_ITEMS || MINIMAKV_ITEM_ORDER
                                           , unsigned item_index
 #endif
 ) {
-#if MINIMAKV_DYNAMIC_ITEMS
+#if MINIMAKV_DYNAMIC_ITEMS || MINIMAKV_ITEM_ORDER
   const size_t state_base = size_t(p.item_offset + item_index) * p.num_q_heads + size_t(heads.first_head);
 #else
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
@@ -1613,7 +1633,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
 #if MINIMAKV_ROW_CLAIMS
-  const RowSpan keys = p.row_spans[blockIdx.x];  // v20: the row's keys, whose units this CTA's warps claim
+  const RowSpan keys = p.row_spans[MINIMAKV_ITEM_INDEX];  // v20: the row's keys, whose units this CTA's warps claim
 #else
   const CudaWorkItem& keys = item;  // the item's keys
 #endif
@@ -2914,6 +2934,19 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   plan.counters_offset_bytes_ = offset;  // int32 [kCudaMaxViews] work counters (v19 dynamic items), zeroed by Upload
   offset = AlignUp(offset + kCudaMaxViews * sizeof(int32_t));
   std::vector<RowSpan> row_spans[kCudaMaxViews];
+  std::vector<int32_t> item_order[kCudaMaxViews];
+  if (MINIMAKV_ITEM_ORDER) {
+    // CTA x -> item: the items ordered by (index within the sequence, sequence), so a row's CTAs are spread out.
+    for (int v = 0; v < num_views; ++v) {
+      for (int k = 0; int(item_order[v].size()) < plan.item_count_[v]; ++k) {
+        for (int s = 0; s < shape.num_seqs; ++s) {
+          if (indptr[v][s] + k < indptr[v][s + 1]) item_order[v].push_back(indptr[v][s] + k);
+        }
+      }
+      plan.item_order_offset_bytes_[v] = offset;
+      offset = AlignUp(offset + item_order[v].size() * sizeof(int32_t));
+    }
+  }
   if (kRowClaims) {
     // v20: every item's row span (its sequence's pages in this view, its index among the sequence's items) and one
     // claim counter per (sequence, grid row) of each view, in the uploaded prefix (so Upload zeroes the counters).
@@ -2944,6 +2977,10 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     std::memcpy(plan.host_meta_.data() + plan.indptr_offset_bytes_[v], indptr[v].data(),
                 indptr[v].size() * sizeof(int32_t));
+    if (!item_order[v].empty()) {
+      std::memcpy(plan.host_meta_.data() + plan.item_order_offset_bytes_[v], item_order[v].data(),
+                  item_order[v].size() * sizeof(int32_t));
+    }
     if (!row_spans[v].empty()) {
       std::memcpy(plan.host_meta_.data() + plan.row_spans_offset_bytes_[v], row_spans[v].data(),
                   row_spans[v].size() * sizeof(RowSpan));
@@ -3041,6 +3078,9 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
 #if MINIMAKV_ROW_CLAIMS
     params.row_spans = reinterpret_cast<const RowSpan*>(ws + plan.row_spans_offset_bytes_[v]);
     params.row_counters = reinterpret_cast<int*>(ws + plan.row_counters_offset_bytes_) + plan.row_counter_first_[v];
+#endif
+#if MINIMAKV_ITEM_ORDER
+    params.item_order = reinterpret_cast<const int32_t*>(ws + plan.item_order_offset_bytes_[v]);
 #endif
     // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
     MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
