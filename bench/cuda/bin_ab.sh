@@ -6,7 +6,7 @@
 # Optionally TIMELINE_BIN (a -DMINIMAKV_CUDA_TIMELINE=1 build) + TIMELINE_ARGS: the per-CTA breakdown first.
 # Usage: ROUNDS=3 BENCH_ARGS="--only llama3-8b 32768 8 ..." TESTS="name:path ..." bench/cuda/bin_ab.sh \
 #          NAME:BENCH_BINARY [NAME:BENCH_BINARY ...]
-# CSV (columns run,variant,round + the benchmark's) and logs under $OUT.
+# CSV (columns run,variant,round + the benchmark's; file name $AB_CSV, default bin-ab.csv) and logs under $OUT.
 set -uo pipefail
 OUT_DIR=${OUT:-$PWD/build/gpu-out}
 mkdir -p "$OUT_DIR"
@@ -39,7 +39,7 @@ for spec in "$@"; do
   names+=("$n"); bins+=("$b"); chmod +x "$b"
 done
 [[ ${#names[@]} -eq 0 ]] && exit $status
-csv=$OUT_DIR/bin-ab.csv
+csv=$OUT_DIR/${AB_CSV:-bin-ab.csv}
 echo "run,variant,round,kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps" > "$csv"
 run=$(date -u +%H:%M)
 for round in $(seq 1 "${ROUNDS:-3}"); do

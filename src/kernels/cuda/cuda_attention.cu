@@ -158,9 +158,14 @@ constexpr float kProbScale = 16384.0f;
 //   launch_dependents) after its key loop instead of at its top, so the next kernel's CTAs (the merge's, waiting in
 //   griddepcontrol.wait; in the mix the FP8 kernel's) are not resident beside the partial CTAs for the whole loop.
 //   v19's timeline: merge CTAs start ~2 us into the step on the SMs with free slots, and the partial CTAs' key loops
-//   there run up to 1.5x longer (TQ3, issue-bound); 0 = trigger at the top (v8-v18).
+//   there run up to 1.5x longer (TQ3, issue-bound); 0 = trigger at the top (v8-v18). 2 (session 8, lead) = after the
+//   key loop only in the step's last partial kernel (the one the merge follows; DecodeParams::trigger_after_loop, set
+//   by CudaDecodeRun), at the top in the others, so in the mix the FP8 kernel still overlaps the TQ3 kernel (v19: with
+//   1 the Llama mix was 1-5% slower, TQ3-only steps on Qwen 4-10% faster).
+//   Default 2: same-run A/B (session 8, 06:57 UTC, 8 points x 4 formats, 5 rounds) no cell slower beyond 0.1%,
+//   Qwen TQ3 2.5-12.5% faster, Qwen 8K b1 mix 32.0 -> 23.9 us, FP8 1.3-3.2%, BF16 0.3-1.4% (docs/cuda-notes.md v21).
 #ifndef MINIMAKV_LATE_TRIGGER
-#define MINIMAKV_LATE_TRIGGER 0
+#define MINIMAKV_LATE_TRIGGER 2
 #endif
 // - MINIMAKV_QUERY_LOADS_FIRST (v19): 1 = the prologue issues all of a thread's query loads before it converts any
 //   (BuildQueryFragments: one global round trip instead of one per fragment-loop trip, 2-8 at d = 128 / 256;
@@ -506,6 +511,9 @@ struct DecodeParams {
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
   CudaSignBits signs;      // TQ3: the rotation's signs (q' = H D q / sqrt(d))
   float inv_sqrt_dim;
+#if MINIMAKV_LATE_TRIGGER == 2
+  int trigger_after_loop;  // 1: the step's last partial kernel (the merge follows): trigger after the key loop
+#endif
 #if MINIMAKV_DYNAMIC_ITEMS
   int num_items;           // items of this view (work unit u = item u % num_items, head-tile row u / num_items)
   int work_units;          // num_items x grid rows (kv_heads x head_tiles)
@@ -519,6 +527,15 @@ struct DecodeParams {
   const int32_t* item_order;  // [items of the view]: the item of CTA x
 #endif
 };
+
+// Where a partial-kernel CTA lets the step's next kernel launch (MINIMAKV_LATE_TRIGGER): true = after its key loop.
+__device__ inline bool TriggerAfterLoop([[maybe_unused]] const DecodeParams& p) {
+#if MINIMAKV_LATE_TRIGGER == 2
+  return p.trigger_after_loop != 0;
+#else
+  return MINIMAKV_LATE_TRIGGER != 0;
+#endif
+}
 
 // v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
 // at most kMaxGroup rows (the MMA's 8-wide head dimension; v17: 2 kMaxGroup rows for the two-tile kernels), each a
@@ -851,9 +868,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const HeadTile heads = MINIMAKV_CTA_HEAD_TILE;
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
-#if !MINIMAKV_LATE_TRIGGER
-  AllowDependentLaunch();
-#endif
+  if (!TriggerAfterLoop(p)) AllowDependentLaunch();
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
@@ -1083,9 +1098,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
   MINIMAKV_WORK_CLAIM();
-#if MINIMAKV_LATE_TRIGGER
-  AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take the slots that free up now
-#endif
+  if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
@@ -1637,9 +1650,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
 #else
   const CudaWorkItem& keys = item;  // the item's keys
 #endif
-#if !MINIMAKV_LATE_TRIGGER
-  AllowDependentLaunch();
-#endif
+  if (!TriggerAfterLoop(p)) AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
   // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
   // back before nearly every prmt (~65 extra instructions per tile in the SASS).
@@ -2265,9 +2276,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
   MINIMAKV_WORK_CLAIM();
-#if MINIMAKV_LATE_TRIGGER
-  AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take the slots that free up now
-#endif
+  if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
@@ -3070,6 +3079,11 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     params.head_tiles = plan.head_ctas_[v];
     params.tile_heads = plan.cta_heads_[v];
     params.q_scale = shape.sm_scale * kLog2e;
+#if MINIMAKV_LATE_TRIGGER == 2
+    bool last_launch = true;  // no later view of this step has items
+    for (int later = k + 1; later < num_ordered; ++later) last_launch = last_launch && plan.item_count_[order[later]] == 0;
+    params.trigger_after_loop = last_launch ? 1 : 0;
+#endif
 #if MINIMAKV_DYNAMIC_ITEMS
     params.num_items = plan.item_count_[v];
     params.work_units = plan.item_count_[v] * shape.kv_heads * plan.head_ctas_[v];
