@@ -110,19 +110,10 @@ class CudaDecodePlan {
   size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
   size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
-  size_t counters_offset_bytes_ = 0;                // int32 [kCudaMaxViews] work counters (v19 dynamic items)
   size_t meta_bytes_ = 0;                           // the uploaded prefix
   int total_items_ = 0;
   int head_ctas_[kCudaMaxViews] = {};
   int cta_heads_[kCudaMaxViews] = {};
-  int grid_ctas_[kCudaMaxViews] = {};               // v19 dynamic items: persistent CTAs of view v's kernel
-  // v20 row claims (MINIMAKV_ROW_CLAIMS builds only; else 0): per view a 16-byte row span per item, and the int32
-  // claim counters of every (view, sequence, grid row), all views' in one run that Upload and the merge zero.
-  size_t row_spans_offset_bytes_[kCudaMaxViews] = {};
-  int row_counter_first_[kCudaMaxViews] = {};       // view v's counters: [num_seqs][grid rows] x stride words from here
-  size_t row_counters_offset_bytes_ = 0;
-  size_t item_order_offset_bytes_[kCudaMaxViews] = {};  // v20 MINIMAKV_ROW_CLAIM_SPREAD: int32 item of CTA x
-  int row_counter_count_ = 0;
   size_t workspace_bytes_ = 0;
   std::vector<uint8_t> host_meta_;                  // what Upload copies
 };

@@ -133,20 +133,8 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_CUDA_TIMELINE
 #define MINIMAKV_CUDA_TIMELINE 0
 #endif
-// - MINIMAKV_DYNAMIC_ITEMS (v19): 1 = persistent partial-kernel CTAs (one per resident slot) take work units
-//   ((item, head tile) pairs) from a per-view atomic counter, and the plan cuts a long sequence into kDynamicSplit
-//   times more items (at least kDynamicMinChunkTokens each): the v19 timeline found the step's largest fixed cost in
-//   the wave's ragged end (the slowest CTA 3-47% longer than the median one; one item per slot cannot rebalance).
-//   The merge resets the counters after its PDL wait (so a captured step replays). 0 = one CTA per work unit.
-#ifndef MINIMAKV_DYNAMIC_ITEMS
-#define MINIMAKV_DYNAMIC_ITEMS 0
-#endif
-#ifndef MINIMAKV_DYNAMIC_SPLIT
-#define MINIMAKV_DYNAMIC_SPLIT 4
-#endif
-#ifndef MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS
-#define MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS 1024
-#endif
+// (v19 dynamic work items and v20 row claims were measured slower and removed in session 8; docs/cuda-notes.md v19 /
+// v20 have the figures, commits a34e05b and dbdb294-c113b56 the code.)
 // - MINIMAKV_MERGE_EARLY_INDEX (v19): 1 = MergeRowKernel reads its row's item lists (indptr: the plan's upload, not
 //   written by this step's kernels) before its PDL wait, so the wait's release starts with the partial states' loads
 //   (one dependent round trip less after the last partial CTA); 0 = everything after the wait (v10-v18). Default 1:
@@ -174,48 +162,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_QUERY_LOADS_FIRST
 #define MINIMAKV_QUERY_LOADS_FIRST 0
 #endif
-// - MINIMAKV_ROW_CLAIMS (v20): 1 = the warps of all CTAs of one row (the items that split one sequence's keys of this
-//   view, for one head-tile row y) claim the row's key units (32 keys TQ3, 16 FP8) from one int32 counter per (view,
-//   sequence, y) instead of walking their item's fixed units, so CTAs on fast SMs take more units and the row's CTAs
-//   end within about one unit of each other (v19: the slowest CTA's key loop 30-47% (TQ3) longer than the median
-//   one). The grid, one prologue / epilogue / partial state per CTA and the merge are unchanged; a CTA's state covers
-//   a non-contiguous set of the row's keys (the LSE merge does not care; a CTA with no unit writes an empty state).
-//   Each warp's first L::kStages units are static (round s: s * row warps + its index in the row), later ones
-//   claimed one copy ahead (the claim is read one loop iteration after it was issued, the page id another one
-//   later). The counters live in the plan's uploaded prefix (zeroed by Upload and by the merge after its PDL wait, as
-//   v19's). Transposed kernel only (FP8, TQ3); BF16 keeps its items. 0 = fixed units per item (v8-v19).
-#ifndef MINIMAKV_ROW_CLAIMS
-#define MINIMAKV_ROW_CLAIMS 0
-#endif
-// - MINIMAKV_ROW_CLAIM_STRIDE (v20): int32 words from one row's counter to the next. v20's first build packed them
-//   (64 counters in two 128-byte lines, i.e. one or two L2 slices taking ~1e9 returning atomics per second): every
-//   loop ran 28% (TQ3) to 55% (FP8) longer. 32 = one 128-byte line per counter.
-#ifndef MINIMAKV_ROW_CLAIM_STRIDE
-#define MINIMAKV_ROW_CLAIM_STRIDE 32
-#endif
-// - MINIMAKV_ROW_CLAIM_AHEAD (v20): claims a warp keeps in flight (each read this many loop iterations after it was
-//   issued; 1 or 2).
-#ifndef MINIMAKV_ROW_CLAIM_AHEAD
-#define MINIMAKV_ROW_CLAIM_AHEAD 2
-#endif
-// - MINIMAKV_ROW_CLAIM_SPREAD (v20, claims builds): 1 = CTA x takes the plan's item_order[x] (items ordered by their
-//   index within the sequence, then the sequence), so one row's CTAs are num_seqs launch positions apart instead of
-//   adjacent (if the block scheduler fills an SM with consecutive CTAs, adjacent CTAs of a row share an SM and
-//   claiming inside the row cannot move work between SMs: the v20 timelines kept a 44 us TQ3 tail with claims).
-#ifndef MINIMAKV_ROW_CLAIM_SPREAD
-#define MINIMAKV_ROW_CLAIM_SPREAD 0
-#endif
-#define MINIMAKV_ITEM_ORDER (MINIMAKV_ROW_CLAIMS && MINIMAKV_ROW_CLAIM_SPREAD)
-#if MINIMAKV_ROW_CLAIMS && MINIMAKV_DYNAMIC_ITEMS
-#error "MINIMAKV_ROW_CLAIMS and MINIMAKV_DYNAMIC_ITEMS exclude each other"
-#endif
-constexpr bool kRowClaims = MINIMAKV_ROW_CLAIMS != 0;
-constexpr int kRowClaimStride = MINIMAKV_ROW_CLAIM_STRIDE;
-constexpr int kRowClaimAhead = MINIMAKV_ROW_CLAIM_AHEAD;
-static_assert(kRowClaimAhead == 1 || kRowClaimAhead == 2, "MINIMAKV_ROW_CLAIM_AHEAD: 1 or 2");
-constexpr bool kDynamicItems = MINIMAKV_DYNAMIC_ITEMS != 0;
-constexpr int kDynamicSplit = MINIMAKV_DYNAMIC_SPLIT;
-constexpr int kDynamicMinChunkTokens = MINIMAKV_DYNAMIC_MIN_CHUNK_TOKENS;
 constexpr bool kLazyFp8 = MINIMAKV_FP8_LAZY_MAX != 0;
 constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
 constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
@@ -486,15 +432,6 @@ __device__ inline void LoadBf16V(const uint8_t* vec, int g, uint32_t (&pairs)[kH
 // ---------------------------------------------------------------------------------------------------------
 // Partial kernel
 
-// v20 (MINIMAKV_ROW_CLAIMS): per work item, the keys of its whole row (all items of its sequence in this view) and
-// its place among the row's CTAs: the plan writes one per item (16 bytes: one vector load beside the item's).
-struct alignas(16) RowSpan {
-  int32_t page_begin;   // the sequence's first page (index into page_ids)
-  int32_t page_end;
-  int32_t last_tokens;  // valid tokens of the sequence's last page
-  int32_t ctas;         // (item index within the row << 16) | items of the row (both < 2^16: at most 16 waves)
-};
-
 struct DecodeParams {
   const uint8_t* pages;
   const int32_t* page_ids;
@@ -513,18 +450,6 @@ struct DecodeParams {
   float inv_sqrt_dim;
 #if MINIMAKV_LATE_TRIGGER == 2
   int trigger_after_loop;  // 1: the step's last partial kernel (the merge follows): trigger after the key loop
-#endif
-#if MINIMAKV_DYNAMIC_ITEMS
-  int num_items;           // items of this view (work unit u = item u % num_items, head-tile row u / num_items)
-  int work_units;          // num_items x grid rows (kv_heads x head_tiles)
-  int* claim_counter;      // work units taken beyond the grid's first ones (zeroed by Upload and by the merge)
-#endif
-#if MINIMAKV_ROW_CLAIMS
-  const RowSpan* row_spans;  // [items of the view]
-  int* row_counters;         // [num_seqs][grid y] x kRowClaimStride words: units claimed beyond the static ones
-#endif
-#if MINIMAKV_ITEM_ORDER
-  const int32_t* item_order;  // [items of the view]: the item of CTA x
 #endif
 };
 
@@ -547,61 +472,13 @@ struct HeadTile {
   int first_head;
   int rows;
 };
-#if !MINIMAKV_DYNAMIC_ITEMS
 __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
   const int y = int(blockIdx.y);
   const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
   const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
   return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
 }
-#else
-// v19 dynamic items: the same for head-tile row y of a work unit. (A separate function: CtaHeadTile(p) written as
-// this with y = blockIdx.y renumbered and reordered the BF16 two-tile kernels' PTX registers, same instructions.)
-__device__ inline HeadTile CtaHeadTileOfRow(const DecodeParams& p, int y) {
-  const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
-  const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
-  return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
-}
-#endif
 
-// v19 (MINIMAKV_DYNAMIC_ITEMS): a persistent CTA's first work unit is blockIdx.x; thread 0 takes the next one from
-// the view's counter (issued right after the key loop, so its round trip overlaps the combine) and the CTA reads it
-// from shared memory after its last barrier. Without the switch: one unit per CTA, (blockIdx.x, blockIdx.y).
-#if MINIMAKV_DYNAMIC_ITEMS
-#define MINIMAKV_WORK_LOOP_BEGIN                                 \
-  __shared__ int next_work_unit;                                 \
-  for (int work_unit = int(blockIdx.x); work_unit < p.work_units;) { \
-    const unsigned item_index = unsigned(work_unit % p.num_items); \
-    const int head_tile_row = work_unit / p.num_items;
-#define MINIMAKV_ITEM_INDEX item_index
-#define MINIMAKV_ITEM_ARG , item_index
-#define MINIMAKV_CTA_HEAD_TILE CtaHeadTileOfRow(p, head_tile_row)
-#define MINIMAKV_WORK_CLAIM() \
-  const int claimed_unit = threadIdx.x == 0 ? int(gridDim.x) + atomicAdd(p.claim_counter, 1) : 0
-#define MINIMAKV_WORK_LOOP_END            \
-    if (threadIdx.x == 0) next_work_unit = claimed_unit; \
-    __syncthreads();                      \
-    work_unit = next_work_unit;           \
-  }
-#elif MINIMAKV_ITEM_ORDER
-#define MINIMAKV_WORK_LOOP_BEGIN const unsigned item_index = unsigned(p.item_order[blockIdx.x]);
-#define MINIMAKV_ITEM_INDEX item_index
-#define MINIMAKV_ITEM_ARG , item_index
-#define MINIMAKV_CTA_HEAD_TILE CtaHeadTile(p)
-#define MINIMAKV_WORK_CLAIM() \
-  do {                        \
-  } while (0)
-#define MINIMAKV_WORK_LOOP_END
-#else
-#define MINIMAKV_WORK_LOOP_BEGIN
-#define MINIMAKV_ITEM_INDEX blockIdx.x
-#define MINIMAKV_ITEM_ARG
-#define MINIMAKV_CTA_HEAD_TILE CtaHeadTile(p)
-#define MINIMAKV_WORK_CLAIM() \
-  do {                        \
-  } while (0)
-#define MINIMAKV_WORK_LOOP_END
-#endif
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
 // of its page (K codes, V codes, K scales, V scales of 16 tokens of one head), copied with 16-byte cp.async.cg
@@ -722,15 +599,8 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum
-#if MINIMAKV_DYNAMIC_ITEMS || MINIMAKV_ITEM_ORDER
-                                          , unsigned item_index
-#endif
 ) {
-#if MINIMAKV_DYNAMIC_ITEMS || MINIMAKV_ITEM_ORDER
-  const size_t state_base = size_t(p.item_offset + item_index) * p.num_q_heads + size_t(heads.first_head);
-#else
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
-#endif
   for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
@@ -864,10 +734,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int g = lane >> 2;  // MMA group id: head row (QK), key row (K load), dim rows (V)
   const int t = lane & 3;   // thread in group
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
-  MINIMAKV_WORK_LOOP_BEGIN
-  const HeadTile heads = MINIMAKV_CTA_HEAD_TILE;
+  const HeadTile heads = CtaHeadTile(p);
   const int kv_head = heads.kv_head;
-  const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
+  const CudaWorkItem item = p.items[blockIdx.x];
   if (!TriggerAfterLoop(p)) AllowDependentLaunch();
 
   const int page_tokens = p.layout.page_tokens;
@@ -1097,7 +966,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  MINIMAKV_WORK_CLAIM();
   if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
   CpAsyncWait<0>();
 
@@ -1140,10 +1008,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum MINIMAKV_ITEM_ARG);
+  WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
-  MINIMAKV_WORK_LOOP_END
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1641,15 +1508,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int g = lane >> 2;  // key rows g, 8 + g (scores); dim rows (values)
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
-  MINIMAKV_WORK_LOOP_BEGIN
-  const HeadTile heads = MINIMAKV_CTA_HEAD_TILE;
+  const HeadTile heads = CtaHeadTile(p);
   const int kv_head = heads.kv_head;
-  const CudaWorkItem item = p.items[MINIMAKV_ITEM_INDEX];
-#if MINIMAKV_ROW_CLAIMS
-  const RowSpan keys = p.row_spans[MINIMAKV_ITEM_INDEX];  // v20: the row's keys, whose units this CTA's warps claim
-#else
+  const CudaWorkItem item = p.items[blockIdx.x];
   const CudaWorkItem& keys = item;  // the item's keys
-#endif
   if (!TriggerAfterLoop(p)) AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
   // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
@@ -1720,18 +1582,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   };
   // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + 4, ...
   const int num_units = kSub == 1 ? num_tiles : (num_tiles + kSub - 1) / kSub;
-#if MINIMAKV_ROW_CLAIMS
-  // v20: the row's CTAs x 4 warps take the units of static round s (s < kStages) at s * row_warps + the warp's index
-  // in the row; the counter hands out the units from kStages * row_warps on. A warp's units increase, so its first
-  // unit past the row's end ends its loop.
-  const int row_warps = (keys.ctas & 0xFFFF) * kDecodeWarps;
-  const int claim_base = L::kStages * row_warps;
-  int* const row_counter = p.row_counters + (size_t(item.seq) * gridDim.y + blockIdx.y) * kRowClaimStride;
-  int issue_tile = (keys.ctas >> 16) * kDecodeWarps + warp;  // the next unit to copy
-  int queued_units[L::kStages - 1];  // units of the stages in flight, oldest first (the loop computes queued_units[0])
-#else
   int issue_tile = warp;  // the next unit to copy
-#endif
   const int32_t* item_page_ids = p.page_ids + keys.page_begin;
   // Page ids of a unit's tiles (0 past the item's last tile, not copied). With an even number of tiles per page
   // both tiles of a pair lie in one page.
@@ -1752,7 +1603,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   // computed here once; a unit's copies cost one page base and a few adds.
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   // (v16: head_dim 64's 48-chunk runs are no whole rounds of the warp: always the per-tile copies.)
-  const bool regular_units = kFormat == KvFormat::kTq3 && !kRowClaims && kUnitChunks % kWarpSize == 0 && pair_in_page &&
+  const bool regular_units = kFormat == KvFormat::kTq3 && kUnitChunks % kWarpSize == 0 && pair_in_page &&
                              (kSub * kDecodeWarps) % tiles_per_page == 0;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
   const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
@@ -1793,23 +1644,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     unit_page_ids(issue_tile, ids);
     issue_unit(s, ids, issue_tile);
     CpAsyncCommit();
-#if MINIMAKV_ROW_CLAIMS
-    queued_units[s] = issue_tile;
-    issue_tile += row_warps;
-#else
     issue_tile += kDecodeWarps;
-#endif
   }
-#if MINIMAKV_ROW_CLAIMS
-  // Lane 0 holds the warp's pending claim (read by the shuffle in issue_next, an iteration later); num_units = none.
-  // (Claims of one thread on one address return increasing values: per-location coherence follows program order.)
-  int claim_raw[kRowClaimAhead];
-#pragma unroll
-  for (int a = 0; a < kRowClaimAhead; ++a) {
-    claim_raw[a] = num_units;
-    if (lane == 0 && issue_tile < num_units) claim_raw[a] = claim_base + atomicAdd(row_counter, 1);
-  }
-#endif
   // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
@@ -1874,18 +1710,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   auto issue_next = [&]() {  // unit issue_tile into the stage freed by this iteration
     issue_unit(write_stage, next_page_id, issue_tile);
     CpAsyncCommit();
-#if MINIMAKV_ROW_CLAIMS
-#pragma unroll
-    for (int s = 0; s + 1 < L::kStages - 1; ++s) queued_units[s] = queued_units[s + 1];
-    queued_units[L::kStages - 2] = issue_tile;
-    issue_tile = __shfl_sync(kFullWarpMask, claim_raw[0], 0);  // claimed kRowClaimAhead iterations ago
-#pragma unroll
-    for (int a = 0; a + 1 < kRowClaimAhead; ++a) claim_raw[a] = claim_raw[a + 1];
-    claim_raw[kRowClaimAhead - 1] = num_units;
-    if (lane == 0 && issue_tile < num_units) claim_raw[kRowClaimAhead - 1] = claim_base + atomicAdd(row_counter, 1);
-#else
     issue_tile += kDecodeWarps;
-#endif
     next_page_index += page_step;
     prefetch_page_ids(issue_tile, next_page_id);
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
@@ -1912,15 +1737,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
       return TilePFrags{prev_pb0[sub], prev_pb1[sub], 0u, 0u};
     }
   };
-#if MINIMAKV_ROW_CLAIMS
-  bool computed_any = false;  // (pipelined: a last unit's values are pending after the loop)
-  for (;;) {
-    const int unit = queued_units[0];
-    if (unit >= num_units) break;
-    computed_any = true;
-#else
   for (int unit = warp; unit < num_units; unit += kDecodeWarps) {
-#endif
     if constexpr (!kPipeline) issue_next();
     // Pipelined: units up to this one + kStages - 2 are committed (the last copy was issued at the end of the
     // previous iteration), so kStages - 2 groups may stay pending.
@@ -2262,11 +2079,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
   }
   if constexpr (kPipeline) {
-#if MINIMAKV_ROW_CLAIMS
-    if (computed_any) {  // the last unit's values
-#else
     if (warp < num_units) {  // the last unit's values
-#endif
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
         TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
@@ -2275,7 +2088,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  MINIMAKV_WORK_CLAIM();
   if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
   CpAsyncWait<0>();
 
@@ -2317,10 +2129,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum MINIMAKV_ITEM_ARG);
+  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
-  MINIMAKV_WORK_LOOP_END
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2339,28 +2150,7 @@ struct MergeParams {
   float* lse_log2;
   CudaSignBits signs;
   float inv_sqrt_dim;
-#if MINIMAKV_DYNAMIC_ITEMS
-  int* claim_counters;  // [kCudaMaxViews] the partial kernels' work counters: zeroed here for the next step
-#endif
-#if MINIMAKV_ROW_CLAIMS
-  int* row_counters;  // v20: all views' row claim counters, zeroed here for the next step
-  int row_counter_count;
-#endif
 };
-
-// v19 (MINIMAKV_DYNAMIC_ITEMS): after the merge's PDL wait every partial kernel of the step has completed, so the
-// work counters can go back to 0 for the next step (whose first kernel is ordered after this one).
-__device__ inline void ResetClaimCounters(const MergeParams& p) {
-#if MINIMAKV_DYNAMIC_ITEMS
-  if (blockIdx.x == 0 && threadIdx.x < kCudaMaxViews) p.claim_counters[threadIdx.x] = 0;
-#elif MINIMAKV_ROW_CLAIMS
-  for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < p.row_counter_count; i += int(gridDim.x * blockDim.x)) {
-    p.row_counters[i] = 0;
-  }
-#else
-  (void)p;
-#endif
-}
 
 // Merges the items of one view of (seq, head) into one state, then that state into acc via MergePartialState.
 // Items in parallel: lanes reduce the max and the weight sum of the LSEs; the outputs are then accumulated with
@@ -2450,7 +2240,6 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   MINIMAKV_TIMELINE_ENTRY(kCudaTimelineMerge);
   WaitForPriorGrids();  // the partial states of this step
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
-  ResetClaimCounters(p);
   const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
   if (row >= p.num_seqs * p.num_q_heads) return;
   const int seq = row / p.num_q_heads;
@@ -2498,7 +2287,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 #if !MINIMAKV_MERGE_EARLY_INDEX
   WaitForPriorGrids();  // the partial states of this step
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
-  ResetClaimCounters(p);
 #endif
   const int row = blockIdx.x;
   const int seq = row / p.num_q_heads;
@@ -2519,7 +2307,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 #if MINIMAKV_MERGE_EARLY_INDEX
   WaitForPriorGrids();  // the partial states of this step (the item lists above are the plan's: read before it)
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
-  ResetClaimCounters(p);
 #endif
   static_assert(kCudaMaxViews == 3, "state_of selects among three views");
   auto state_of = [&](int item) {  // partial-state index of list position item (< total); selects, no local memory
@@ -2792,14 +2579,14 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
 }
 
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
-Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, int grid_ctas, cudaStream_t stream,
+Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream,
                      bool programmatic) {
   using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
   MINIMAKV_RETURN_IF_ERROR(
       CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
-  // grid y: every head tile of every KV head (CtaHeadTile). v19 dynamic items: grid_ctas persistent CTAs (x only).
+  // grid y: every head tile of every KV head (CtaHeadTile).
   const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  const dim3 grid = kDynamicItems ? dim3(unsigned(grid_ctas)) : dim3(unsigned(items), head_ctas);
+  const dim3 grid(unsigned(items), head_ctas);
   return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), grid, dim3(kDecodeThreads),
                                 L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
@@ -2903,13 +2690,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
       }
       if (ctas > 16 * slots) break;  // smaller chunks only add waves and merge work
     }
-    if (kDynamicItems) {
-      // v19: kDynamicSplit times more (shorter) items, taken by persistent CTAs from a counter, so that CTAs on fast
-      // SMs take more of them; chunks stay >= kDynamicMinChunkTokens (short sequences keep the wave-filling split).
-      const int64_t min_dynamic_pages = (kDynamicMinChunkTokens + view.page_tokens - 1) / view.page_tokens;
-      const int64_t dynamic_pages = std::max(min_dynamic_pages, (chunk_pages + kDynamicSplit - 1) / kDynamicSplit);
-      chunk_pages = std::min(chunk_pages, dynamic_pages);
-    }
     indptr[v].assign(size_t(shape.num_seqs) + 1, 0);
     for (int s = 0; s < shape.num_seqs; ++s) {
       const int begin = view.page_indptr[s];
@@ -2926,9 +2706,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
       indptr[v][s + 1] = int32_t(items[v].size());
     }
     plan.item_count_[v] = int(items[v].size());
-    // Persistent CTAs (dynamic items): one per resident slot, at most one per work unit.
-    const int64_t work_units = int64_t(plan.item_count_[v]) * shape.kv_heads * plan.head_ctas_[v];
-    plan.grid_ctas_[v] = int(std::min(work_units, slots));
     plan.item_offset_[v] = plan.total_items_;
     plan.total_items_ += plan.item_count_[v];
   }
@@ -2940,43 +2717,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     plan.indptr_offset_bytes_[v] = offset;
     offset = AlignUp(offset + indptr[v].size() * sizeof(int32_t));
   }
-  plan.counters_offset_bytes_ = offset;  // int32 [kCudaMaxViews] work counters (v19 dynamic items), zeroed by Upload
-  offset = AlignUp(offset + kCudaMaxViews * sizeof(int32_t));
-  std::vector<RowSpan> row_spans[kCudaMaxViews];
-  std::vector<int32_t> item_order[kCudaMaxViews];
-  if (MINIMAKV_ITEM_ORDER) {
-    // CTA x -> item: the items ordered by (index within the sequence, sequence), so a row's CTAs are spread out.
-    for (int v = 0; v < num_views; ++v) {
-      for (int k = 0; int(item_order[v].size()) < plan.item_count_[v]; ++k) {
-        for (int s = 0; s < shape.num_seqs; ++s) {
-          if (indptr[v][s] + k < indptr[v][s + 1]) item_order[v].push_back(indptr[v][s] + k);
-        }
-      }
-      plan.item_order_offset_bytes_[v] = offset;
-      offset = AlignUp(offset + item_order[v].size() * sizeof(int32_t));
-    }
-  }
-  if (kRowClaims) {
-    // v20: every item's row span (its sequence's pages in this view, its index among the sequence's items) and one
-    // claim counter per (sequence, grid row) of each view, in the uploaded prefix (so Upload zeroes the counters).
-    for (int v = 0; v < num_views; ++v) {
-      for (int s = 0; s < shape.num_seqs; ++s) {
-        const int first = indptr[v][s];
-        const int count = indptr[v][s + 1] - first;
-        if (count >= (1 << 16)) return Status::Internal("row claims: more than 65535 items in one sequence");
-        for (int i = 0; i < count; ++i) {
-          row_spans[v].push_back({views[v].page_indptr[s], views[v].page_indptr[s + 1], views[v].last_page_tokens[s],
-                                  (i << 16) | count});
-        }
-      }
-      plan.row_spans_offset_bytes_[v] = offset;
-      offset = AlignUp(offset + row_spans[v].size() * sizeof(RowSpan));
-      plan.row_counter_first_[v] = plan.row_counter_count_;
-      plan.row_counter_count_ += shape.num_seqs * shape.kv_heads * plan.head_ctas_[v] * kRowClaimStride;
-    }
-    plan.row_counters_offset_bytes_ = offset;
-    offset = AlignUp(offset + size_t(plan.row_counter_count_) * sizeof(int32_t));
-  }
   plan.meta_bytes_ = offset;
   plan.host_meta_.assign(offset, 0);
   for (int v = 0; v < num_views; ++v) {
@@ -2986,14 +2726,6 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     std::memcpy(plan.host_meta_.data() + plan.indptr_offset_bytes_[v], indptr[v].data(),
                 indptr[v].size() * sizeof(int32_t));
-    if (!item_order[v].empty()) {
-      std::memcpy(plan.host_meta_.data() + plan.item_order_offset_bytes_[v], item_order[v].data(),
-                  item_order[v].size() * sizeof(int32_t));
-    }
-    if (!row_spans[v].empty()) {
-      std::memcpy(plan.host_meta_.data() + plan.row_spans_offset_bytes_[v], row_spans[v].data(),
-                  row_spans[v].size() * sizeof(RowSpan));
-    }
   }
   plan.part_out_offset_bytes_ = offset;
   offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * shape.head_dim * sizeof(float));
@@ -3084,23 +2816,11 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
     for (int later = k + 1; later < num_ordered; ++later) last_launch = last_launch && plan.item_count_[order[later]] == 0;
     params.trigger_after_loop = last_launch ? 1 : 0;
 #endif
-#if MINIMAKV_DYNAMIC_ITEMS
-    params.num_items = plan.item_count_[v];
-    params.work_units = plan.item_count_[v] * shape.kv_heads * plan.head_ctas_[v];
-    params.claim_counter = reinterpret_cast<int*>(ws + plan.counters_offset_bytes_) + v;
-#endif
-#if MINIMAKV_ROW_CLAIMS
-    params.row_spans = reinterpret_cast<const RowSpan*>(ws + plan.row_spans_offset_bytes_[v]);
-    params.row_counters = reinterpret_cast<int*>(ws + plan.row_counters_offset_bytes_) + plan.row_counter_first_[v];
-#endif
-#if MINIMAKV_ITEM_ORDER
-    params.item_order = reinterpret_cast<const int32_t*>(ws + plan.item_order_offset_bytes_[v]);
-#endif
     // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
     MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
         layout.format, shape.head_dim, params.tile_heads, [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
-          return LaunchPartial<kFormat, kHeadDim, kHeadTiles>(params, plan.item_count_[v], shape.kv_heads,
-                                                              plan.grid_ctas_[v], stream, programmatic);
+          return LaunchPartial<kFormat, kHeadDim, kHeadTiles>(params, plan.item_count_[v], shape.kv_heads, stream,
+                                                              programmatic);
         }));
     programmatic = true;
   }
@@ -3154,13 +2874,6 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
   merge.lse_log2 = out.lse_log2;
   merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
   merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
-#if MINIMAKV_DYNAMIC_ITEMS
-  merge.claim_counters = reinterpret_cast<int*>(ws + plan.counters_offset_bytes_);
-#endif
-#if MINIMAKV_ROW_CLAIMS
-  merge.row_counters = reinterpret_cast<int*>(ws + plan.row_counters_offset_bytes_);
-  merge.row_counter_count = plan.row_counter_count_;
-#endif
   for (int v = 0; v < plan.num_views_; ++v) {
     merge.indptr[v] = reinterpret_cast<const int32_t*>(ws + plan.indptr_offset_bytes_[v]);
     merge.item_offset[v] = plan.item_offset_[v];

@@ -28,13 +28,6 @@
 
 using namespace minimakv;
 
-// v20: a MINIMAKV_ROW_CLAIMS build (the kernels' flag reaches this file through the same CUDA flags) assigns key units
-// to CTAs by timing, so repeated steps agree with the reference, not bit for bit with each other.
-#ifndef MINIMAKV_ROW_CLAIMS
-#define MINIMAKV_ROW_CLAIMS 0
-#endif
-constexpr bool kRowClaimsBuild = MINIMAKV_ROW_CLAIMS != 0;
-
 namespace {
 
 int g_failures = 0;
@@ -509,18 +502,11 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   CUDA_OK(cudaStreamSynchronize(stream));
   std::vector<float> replay(q_count);
   CUDA_OK(cudaMemcpy(replay.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
-  std::vector<std::pair<std::vector<float>, std::vector<float>>> repeated;  // row-claims builds: outputs, LSEs
-  if (kRowClaimsBuild) {
-    std::vector<float> replay_lse(got_lse.size());
-    CUDA_OK(cudaMemcpy(replay_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
-    repeated.push_back({replay, replay_lse});
-  } else {
-    CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
-          name.c_str());
-  }
+  CHECK(std::memcmp(replay.data(), got.data(), q_count * 4) == 0, "%s: graph replay differs from eager run",
+        name.c_str());
   // v19: repeated steps in one stream (graph replays back to back, then eager runs), the output poisoned before
   // each: every step must redo all the work, so state carried from one step to the next (the work counters of a
-  // MINIMAKV_DYNAMIC_ITEMS build, reset by the merge) must be back at its start; outputs and LSEs bit-identical.
+  // v19 dynamic-items build, reset by the merge) must be back at its start; outputs and LSEs bit-identical.
   constexpr int kRepeatedSteps = 3;
   std::vector<float> again(q_count), again_lse(got_lse.size());
   for (int step = 0; step < 2 * kRepeatedSteps; ++step) {
@@ -534,27 +520,17 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaMemcpy(again.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(again_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
-    if (kRowClaimsBuild) {
-      // v20: which CTA computes which key units depends on timing, so the sums group differently from step to step
-      // (not bit-identical); every step must still be a full, correct step: checked against the reference below.
-      repeated.push_back({again, again_lse});
-    } else {
-      CHECK(std::memcmp(again.data(), got.data(), q_count * 4) == 0 &&
-                std::memcmp(again_lse.data(), got_lse.data(), got_lse.size() * 4) == 0,
-            "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step,
-            step < kRepeatedSteps ? "graph replay" : "eager");
-    }
+    CHECK(std::memcmp(again.data(), got.data(), q_count * 4) == 0 &&
+              std::memcmp(again_lse.data(), got_lse.data(), got_lse.size() * 4) == 0,
+          "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step,
+          step < kRepeatedSteps ? "graph replay" : "eager");
   }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
 
-  // fp64 reference over the same dequantized pages; output 0 = the first eager run, 1.. = the repeated steps of a
-  // row-claims build (v20), each checked against the reference with the same bounds.
+  // fp64 reference over the same dequantized pages. outs: the outputs checked against it (the first eager run; the
+  // repeated steps above are bit-identical to it; session 8's row-claims builds, since removed, added theirs).
   std::vector<const std::vector<float>*> outs = {&got}, out_lses = {&got_lse};
-  for (const auto& r : repeated) {
-    outs.push_back(&r.first);
-    out_lses.push_back(&r.second);
-  }
   const size_t num_outs = outs.size();
   std::vector<double> err2(num_outs, 0.0), worst_row(num_outs, 0.0), worst_lse(num_outs, 0.0);
   double ref2 = 0.0;
@@ -655,12 +631,6 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
         name.c_str());
   std::printf("  %-58s items %4d  rel L2 %.2e  worst row %.2e  lse %.1e\n", name.c_str(), plan.total_items(), rel,
               worst_row[0], worst_lse[0]);
-  if (num_outs > 1) {  // row claims: the worst of the repeated steps
-    std::printf("  %-58s repeated %zu: rel L2 <= %.2e  worst row <= %.2e  lse <= %.1e\n", "", num_outs - 1,
-                *std::max_element(rel_of.begin() + 1, rel_of.end()),
-                *std::max_element(worst_row.begin() + 1, worst_row.end()),
-                *std::max_element(worst_lse.begin() + 1, worst_lse.end()));
-  }
 
   CUDA_OK(cudaStreamDestroy(stream));
   CUDA_OK(cudaFree(d_q));
@@ -781,7 +751,7 @@ int main() {
       TestDecode(rng, c, 6);
     }
   }
-  // v20 (row claims): rows split over many items with odd lengths (a long sequence at the device's SM count: tens of
+  // v20: rows split over many items with odd lengths (a long sequence at the device's SM count: tens of
   // 128-token items that share one counter; one at 1 SM: few items, many units each), rows with fewer units than
   // the row's warps take statically (1, 31, 333 tokens), an empty sequence; every case also replays the captured step.
   const std::vector<int> split_tokens = {6011, 0, 1, 333, 4097, 31};
