@@ -8,7 +8,8 @@
 // kernels' per-CTA %globaltimer probes read back, and a breakdown of the step printed (medians over the N steps; all
 // times relative to the end of the L2 flush kernel, which the start event follows): flush end -> first partial CTA,
 // per partial kernel the prologue, the loop-length spread over CTAs, the epilogue and the CTA end spread, last
-// partial CTA end -> merge start / merge PDL wait done, merge duration, merge end -> stop event.
+// partial CTA end -> merge start / merge PDL wait done, merge duration, merge end -> stop event. With --csv FILE also
+// FILE.timeline.csv (those medians) and FILE.ctas.csv (every CTA of every step: SM, start, prologue, loop, exit).
 // L2 flush (--flush): read (default since v8) = one read sweep of a 256 MB buffer, which leaves the L2 full of
 // clean lines; memset (v1-v7) = writing 256 MB, which leaves ~50 MB of dirty lines that the timed step must
 // write back (measured: ~10 us more per step at every size). torch_sdpa_bench.py flushes the same way.
@@ -330,9 +331,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   FILE* timeline_csv = nullptr;
+  FILE* timeline_ctas_csv = nullptr;
   if (timeline_steps > 0 && csv_path) {
     timeline_csv = std::fopen((std::string(csv_path) + ".timeline.csv").c_str(), "w");
     if (timeline_csv) std::fprintf(timeline_csv, "shape,context,batch,format,metric,median_us,min_us,max_us\n");
+    // Session 8: every CTA of every --timeline step (which SM, how long its key loop took), for per-SM analysis.
+    timeline_ctas_csv = std::fopen((std::string(csv_path) + ".ctas.csv").c_str(), "w");
+    if (timeline_ctas_csv) {
+      std::fprintf(timeline_ctas_csv, "shape,context,batch,format,step,kernel,cta,sm,start_us,prologue_us,loop_us,exit_us\n");
+    }
   }
   auto flush_l2 = [&]() {
     if (flush_by_memset) {
@@ -502,6 +509,18 @@ int main(int argc, char** argv) {
               unsigned long long flush_end_ns = 0;
               CUDA_OK(cudaMemcpy(&flush_end_ns, d_flush_end_ns, sizeof(flush_end_ns), cudaMemcpyDeviceToHost));
               STATUS_OK(CudaTimelineRead(&records));
+              if (timeline_ctas_csv) {
+                const char* kKernelNames[kCudaTimelineKernels] = {"bf16", "fp8", "tq3", "merge"};
+                for (size_t i = 0; i < records.size(); ++i) {
+                  const CudaCtaTimes& t = records[i];
+                  if (!t.written) continue;
+                  std::fprintf(timeline_ctas_csv, "%s,%d,%d,%s,%d,%s,%zu,%u,%.3f,%.3f,%.3f,%.3f\n", shape.name, ctx,
+                               batch, variant.name, r, kKernelNames[i / kCudaTimelineMaxCtas], i % kCudaTimelineMaxCtas,
+                               t.sm, double(int64_t(t.start_ns - flush_end_ns)) * 1e-3,
+                               double(t.ready_ns - t.start_ns) * 1e-3, double(t.loop_end_ns - t.ready_ns) * 1e-3,
+                               double(int64_t(t.exit_ns - flush_end_ns)) * 1e-3);
+                }
+              }
               AddStepMetrics(records, flush_end_ns, double(ms) * 1000.0, &metrics);
             }
             std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; "
@@ -574,6 +593,7 @@ int main(int argc, char** argv) {
   }
   if (csv) std::fclose(csv);
   if (timeline_csv) std::fclose(timeline_csv);
+  if (timeline_ctas_csv) std::fclose(timeline_ctas_csv);
   CUDA_OK(cudaFree(d_flush_end_ns));
   CUDA_OK(cudaFree(d_flush));
   CUDA_OK(cudaFree(d_flush_sink));
