@@ -155,13 +155,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_LATE_TRIGGER
 #define MINIMAKV_LATE_TRIGGER 2
 #endif
-// - MINIMAKV_QUERY_LOADS_FIRST (v19): 1 = the prologue issues all of a thread's query loads before it converts any
-//   (BuildQueryFragments: one global round trip instead of one per fragment-loop trip, 2-8 at d = 128 / 256;
-//   TQ3: both rows of a warp loaded before their rotations). The timeline put the BF16 / FP8 prologue at 3.7-5.2 us
-//   and the TQ3 one at 4.5-7.8 us, all of it on every step's critical path at batch 1. Same values (bit-identical).
-#ifndef MINIMAKV_QUERY_LOADS_FIRST
-#define MINIMAKV_QUERY_LOADS_FIRST 0
-#endif
 constexpr bool kLazyFp8 = MINIMAKV_FP8_LAZY_MAX != 0;
 constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
 constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
@@ -479,7 +472,6 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
   return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
 }
 
-
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
 // of its page (K codes, V codes, K scales, V scales of 16 tokens of one head), copied with 16-byte cp.async.cg
 // while the warp computes an earlier tile, so every warp keeps several tiles of loads in flight.
@@ -598,8 +590,7 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
-                                          const float* warp_max, const float* warp_sum
-) {
+                                          const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
   for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
@@ -642,35 +633,7 @@ template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
 __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                            uint4* q_frag) {
   constexpr int kMTiles = kHeadDim / 16;
-#if MINIMAKV_QUERY_LOADS_FIRST
-  // v19: every query value this thread needs, loaded in one round (the loop below then only converts).
-  constexpr int kTrips = kHeadTiles * kMTiles * kWarpSize / kDecodeThreads;
-  static_assert(kTrips * kDecodeThreads == kHeadTiles * kMTiles * kWarpSize, "whole trips");
-  float loaded[kTrips][2][2];
-#pragma unroll
-  for (int trip = 0; trip < kTrips; ++trip) {
-    const int e = int(threadIdx.x) + trip * kDecodeThreads;
-    const int tile = kHeadTiles == 1 ? 0 : e / (kMTiles * kWarpSize);
-    const int kstep = e / kWarpSize - tile * kMTiles;
-    const int ln = e % kWarpSize;
-    const int row = kMaxGroup * tile + (ln >> 2);
-    const float* q_row =
-        row < heads.rows ? p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim : nullptr;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-#pragma unroll
-      for (int el = 0; el < 2; ++el) {
-        const int dim = (kstep / 8) * kBlockDims + KDim<kFormat>(ln & 3, 2 * (kstep % 8) + half, el);
-        loaded[trip][half][el] = q_row ? q_row[dim] : 0.0f;
-      }
-    }
-  }
-#pragma unroll
-  for (int trip = 0; trip < kTrips; ++trip) {
-    const int e = int(threadIdx.x) + trip * kDecodeThreads;
-#else
   for (int e = threadIdx.x; e < kHeadTiles * kMTiles * kWarpSize; e += kDecodeThreads) {
-#endif
     const int tile = kHeadTiles == 1 ? 0 : e / (kMTiles * kWarpSize);
     const int kstep = e / kWarpSize - tile * kMTiles;
     const int ln = e % kWarpSize;
@@ -687,16 +650,8 @@ __device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWork
       uint16_t lo[2];
 #pragma unroll
       for (int el = 0; el < 2; ++el) {
-#if MINIMAKV_QUERY_LOADS_FIRST
-        (void)q_row;
-        (void)block;
-        (void)tt;
-        (void)jj;
-        const float v = loaded[trip][half][el] * p.q_scale;  // 0 for rows past the group, as below
-#else
         const int dim = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
         const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
-#endif
         hi[el] = ToOperand<kFormat>(v);
         lo[el] = ToOperand<kFormat>(v - FromOperand<kFormat>(hi[el]));
       }
@@ -1187,43 +1142,20 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   };
   // Row r of the group, rotated, at q_rows + r kHeadDim.
   auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
-#if MINIMAKV_QUERY_LOADS_FIRST
-  // v19: the rows of this warp (row = warp + 4 r) loaded in one round before the first rotation.
-  constexpr int kWarpRows = kMaxGroup * kHeadTiles / kDecodeWarps;
-  constexpr int kLaneValues = kHeadDim / kWarpSize;
-  float loaded[kWarpRows][kLaneValues];
-#pragma unroll
-  for (int r = 0; r < kWarpRows; ++r) {
-    const int row = warp + kDecodeWarps * r;
-#pragma unroll
-    for (int k = 0; k < kLaneValues; ++k) {
-      loaded[r][k] = row < heads.rows ? query_row(row)[lane + kWarpSize * k] : 0.0f;
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kWarpRows; ++r) {
-    const int row = warp + kDecodeWarps * r;
-#else
   for (int row = warp; row < kMaxGroup * kHeadTiles; row += kDecodeWarps) {
-#endif
     float amax = 0.0f;
     if (row < heads.rows) {
       // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
       // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
       // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576).
+      const float* q_row = query_row(row);
       constexpr int kPerLane = kHeadDim / kWarpSize;
       float v[kPerLane];
-#if MINIMAKV_QUERY_LOADS_FIRST
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) v[k] = loaded[r][k] * cuda_detail::SignOf(p.signs, lane + kWarpSize * k);
-#else
-      const float* q_row = query_row(row);
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int i = lane + kWarpSize * k;
         v[k] = q_row[i] * cuda_detail::SignOf(p.signs, i);
       }
-#endif
       cuda_detail::WarpFwht<kHeadDim>(v, lane);
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
@@ -1511,7 +1443,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const HeadTile heads = CtaHeadTile(p);
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[blockIdx.x];
-  const CudaWorkItem& keys = item;  // the item's keys
   if (!TriggerAfterLoop(p)) AllowDependentLaunch();
   // The tables are read back from shared memory, one copy per lane, so that the compiler keeps them in ordinary
   // registers: as known constants (or warp-uniform values) it parks them in uniform registers and copies one
@@ -1529,9 +1460,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
 
   const int page_tokens = p.layout.page_tokens;
   const int tiles_per_page = page_tokens / kTile;
-  const int num_pages = keys.page_end - keys.page_begin;
-  const int num_tiles = (num_pages - 1) * tiles_per_page + (keys.last_tokens + kTile - 1) / kTile;
-  const int last_tile_valid = keys.last_tokens - kTile * ((keys.last_tokens - 1) / kTile);  // in [1, kTile]
+  const int num_pages = item.page_end - item.page_begin;
+  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
+  const int last_tile_valid = item.last_tokens - kTile * ((item.last_tokens - 1) / kTile);  // in [1, kTile]
   const size_t page_bytes = p.layout.page_bytes();
   const int vectors = p.layout.kv_heads * page_tokens;
   const int v_codes_section = vectors * L::kCodeBytes;
@@ -1583,7 +1514,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + 4, ...
   const int num_units = kSub == 1 ? num_tiles : (num_tiles + kSub - 1) / kSub;
   int issue_tile = warp;  // the next unit to copy
-  const int32_t* item_page_ids = p.page_ids + keys.page_begin;
+  const int32_t* item_page_ids = p.page_ids + item.page_begin;
   // Page ids of a unit's tiles (0 past the item's last tile, not copied). With an even number of tiles per page
   // both tiles of a pair lie in one page.
   // (ids[sub] of such a second tile is not loaded: the copy takes ids[0]. v11 copied ids[0] into ids[1] right after
@@ -2579,16 +2510,14 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
 }
 
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
-Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream,
-                     bool programmatic) {
+Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
   using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
   MINIMAKV_RETURN_IF_ERROR(
       CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
   // grid y: every head tile of every KV head (CtaHeadTile).
   const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  const dim3 grid(unsigned(items), head_ctas);
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), grid, dim3(kDecodeThreads),
-                                L::kSmemBytes, stream, programmatic, params),
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), dim3(unsigned(items), head_ctas),
+                                dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
 }
 
