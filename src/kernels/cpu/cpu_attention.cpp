@@ -280,22 +280,27 @@ void RunPlans(std::span<ViewPlan> plans, const CpuAttentionOptions& options) {
   });
 }
 
+// Rows of the first task of a decode with `group` query heads per KV head (one query token per sequence).
+int DecodeTaskRows(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim) {
+  return std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, format, group, head_dim,
+                                          options.max_task_rows, options.tq3_scores));
+}
+
 }  // namespace
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format, int group, int head_dim) {
-  const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, format, group, head_dim,
-                                                    options.max_task_rows, options.tq3_scores));
+  const int rows = DecodeTaskRows(options, format, group, head_dim);
   return cpu::IsaName(cpu::SelectIsa(options.family, options.force_scalar, format, rows, head_dim, options.tq3_scores));
 }
 
 const char* CpuTq3ScoresFor(const CpuAttentionOptions& options, int group, int head_dim) {
   const KvFormat tq3 = KvFormat::kTq3;
-  const int rows = std::min(group, cpu::TaskRowsFor(options.family, options.force_scalar, tq3, group, head_dim,
-                                                    options.max_task_rows, options.tq3_scores));
+  const int rows = DecodeTaskRows(options, tq3, group, head_dim);
   if (cpu::SelectIsa(options.family, options.force_scalar, tq3, rows, head_dim, options.tq3_scores) != cpu::CpuIsa::kAmx) {
     return "";
   }
-  return cpu::UseTq3Int8Scores(options.tq3_scores, tq3, rows, head_dim) ? "int8" : "bf16";
+  // The kernel the dispatcher picks (SelectKernel) says which score variant runs.
+  return cpu::SelectKernel(options, tq3, rows, head_dim) == &cpu::AttendAmxTq3Int8 ? "int8" : "bf16";
 }
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format) {

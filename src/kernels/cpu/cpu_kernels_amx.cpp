@@ -455,7 +455,7 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const Tq
                                     const uint8_t* keys, size_t key_bytes, const uint8_t* values, int n,
                                     int head_dim, WorkspaceFor<ROWS>& ws) {
   static_assert(!kInt8 || Codec::kFormat == KvFormat::kTq3, "int8 scores are for TQ3 keys");
-  constexpr int kColumnBlocks = (kQueryParts * ROWS + kTileCols - 1) / kTileCols;
+  constexpr int kColumnBlocks = ColumnBlocksFor(ROWS);
   const int chunks = head_dim / (kInt8 ? kInt8TileCoords : kTileBf16);
   const int steps = head_dim / Codec::kStepCoords;
   // Key tile rows: bf16 expansions [key][kMaxHeadDim] or, for int8, bytes [key][kMaxHeadDim] in the same array.
@@ -931,11 +931,8 @@ bool AmxInt8Usable() {
 void Tq3AmxCentroidUnits(uint16_t* units_bf16) { Tq3Amx::Tq3AmxUnits(units_bf16); }
 
 void AttendAmxTq3Int8(const KernelTask& task) {
-  if (task.num_pages == 0) {
-    WriteEmptyState(task, task.view->layout.head_dim);
-    return;
-  }
-  if (task.view->layout.format != KvFormat::kTq3) return AttendAmx(task);  // the dispatcher never asks this
+  // Empty tasks and other formats (the dispatcher never sends those here) take AttendAmx.
+  if (task.num_pages == 0 || task.view->layout.format != KvFormat::kTq3) return AttendAmx(task);
   AttendFormat<Tq3Amx, true>(task);
 }
 
