@@ -349,8 +349,8 @@ int main(int argc, char** argv) {
                                                              d_flush_sink);
     }
   };
-  auto time_once = [&](auto&& fn) {
-    flush_l2();
+  // us of the stream work fn enqueues, between two events (after whatever the stream holds before).
+  auto time_events = [&](auto&& fn) {
     CUDA_OK(cudaEventRecord(timer.start, stream));
     fn();
     CUDA_OK(cudaEventRecord(timer.stop, stream));
@@ -358,6 +358,10 @@ int main(int argc, char** argv) {
     float ms = 0;
     CUDA_OK(cudaEventElapsedTime(&ms, timer.start, timer.stop));
     return double(ms) * 1000.0;
+  };
+  auto time_once = [&](auto&& fn) {
+    flush_l2();
+    return time_events(fn);
   };
 
   // ---- read bandwidth, measured here: xor-reduce 4 GiB with 16-byte loads.
@@ -500,12 +504,7 @@ int main(int argc, char** argv) {
               CUDA_OK(cudaMemsetAsync(d_flush_end_ns, 0, sizeof(unsigned long long), stream));
               ReadBandwidthStampKernel<<<sm_count * 8, 512, 0, stream>>>(
                   reinterpret_cast<const uint4*>(d_flush), kFlushBytes / 16, d_flush_sink, d_flush_end_ns);
-              CUDA_OK(cudaEventRecord(timer.start, stream));
-              step();
-              CUDA_OK(cudaEventRecord(timer.stop, stream));
-              CUDA_OK(cudaEventSynchronize(timer.stop));
-              float ms = 0;
-              CUDA_OK(cudaEventElapsedTime(&ms, timer.start, timer.stop));
+              const double step_us = time_events(step);
               unsigned long long flush_end_ns = 0;
               CUDA_OK(cudaMemcpy(&flush_end_ns, d_flush_end_ns, sizeof(flush_end_ns), cudaMemcpyDeviceToHost));
               STATUS_OK(CudaTimelineRead(&records));
@@ -521,7 +520,7 @@ int main(int argc, char** argv) {
                                double(int64_t(t.exit_ns - flush_end_ns)) * 1e-3);
                 }
               }
-              AddStepMetrics(records, flush_end_ns, double(ms) * 1000.0, &metrics);
+              AddStepMetrics(records, flush_end_ns, step_us, &metrics);
             }
             std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; "
                         "0 = flush end):\n",
