@@ -40,6 +40,16 @@ enum class CpuTq3Scores : uint8_t {
   kInt8,  // key units as int8 tiles, the query a 24-bit fixed point in three int8 digits (TDPBSSD, 64 each)
 };
 
+// How the AMX TQ3 kernel with int8 scores computes its value products (session 9, docs/BENCHMARKS.md section 3).
+// The choice is made in one place, kernels/cpu/cpu_dispatch.cpp; only where the TQ3 scores run on AMX-INT8.
+enum class CpuTq3Values : uint8_t {
+  kAuto,  // what measured faster (cpu_dispatch.cpp); the environment variable MINIMAKV_TQ3_VALUES (bf16 | int8)
+          // replaces kAuto for a whole process, for A/B runs of whole programs
+  kBf16,  // value units as bf16 tiles in VNNI pairs, the softmax weights split into three bf16 parts (TDPBF16PS)
+  kInt8,  // value units as int8 tiles in VNNI quads, the weights a 24-bit fixed point per row and block of 64
+          // keys in three unsigned digits (TDPBUSD, 64 keys per product)
+};
+
 class ThreadPool;  // minimakv/thread_pool.h
 
 struct CpuAttentionOptions {
@@ -58,6 +68,8 @@ struct CpuAttentionOptions {
   int max_task_rows = 16;
   // TQ3 scores on AMX: bf16 or int8 tiles (only where the TQ3 tasks run on AMX).
   CpuTq3Scores tq3_scores = CpuTq3Scores::kAuto;
+  // TQ3 values on AMX: bf16 or int8 tiles (only where the TQ3 scores run on AMX-INT8).
+  CpuTq3Values tq3_values = CpuTq3Values::kAuto;
 };
 
 // Name of the kernel family that runs for `format` on this machine with these options, for decode with `group`
@@ -75,6 +87,8 @@ const char* CpuKernelIsa(const CpuAttentionOptions& options);
 // Which AMX score variant the TQ3 tasks of a decode with `group` query heads per KV head run: "int8" or "bf16",
 // or "" when those tasks do not run on AMX.
 const char* CpuTq3ScoresFor(const CpuAttentionOptions& options, int group, int head_dim);
+// Which value variant those TQ3 tasks run: "int8" or "bf16", or "" when they do not run on AMX.
+const char* CpuTq3ValuesFor(const CpuAttentionOptions& options, int group, int head_dim);
 
 // Partial states of every query token of every sequence over the tokens of ONE format's view.
 //   view      pages of one format; view.num_seqs must equal queries.num_seqs

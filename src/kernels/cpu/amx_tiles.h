@@ -1,7 +1,7 @@
 // AMX tile primitives shared by the AMX attention kernels (kernels/cpu/cpu_kernels_amx.cpp) and the AMX peak
 // measurement of tools/machine_floors.cpp: the LDTILECFG operand and the tile instructions as inline asm.
 // ref: Intel SDM vol. 1 ch. 18 (AMX, tile configuration), vol. 2 (LDTILECFG, TILELOADD, TILESTORED, TDPBF16PS,
-// TDPBSSD).
+// TDPBSSD, TDPBUSD).
 //
 // Why our own asm instead of GCC 12's <amxtileintrin.h> intrinsics: _tile_loadconfig declares only a
 // pointer-sized memory operand, so the compiler may drop the stores that fill the rest of the 64-byte
@@ -73,6 +73,13 @@ inline void TileDot() {
 template <int kC, int kA, int kB>
 inline void TileDotInt8() {
   asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
+}
+
+// C += A * B (TDPBUSD, AMX-INT8): as TileDotInt8 with A unsigned and B signed int8: C[m][n] += sum_k sum_i
+// uint8(A[m][4k + i]) * int8(B[k][4n + i]).
+template <int kC, int kA, int kB>
+inline void TileDotU8S8() {
+  asm volatile("tdpbusd %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(kC), "i"(kA), "i"(kB));
 }
 
 // The product of the score pass's element type: TileDotInt8 for int8 tiles, else TileDot (bf16).

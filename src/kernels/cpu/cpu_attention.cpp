@@ -300,7 +300,17 @@ const char* CpuTq3ScoresFor(const CpuAttentionOptions& options, int group, int h
     return "";
   }
   // The kernel the dispatcher picks (SelectKernel) says which score variant runs.
-  return cpu::SelectKernel(options, tq3, rows, head_dim) == &cpu::AttendAmxTq3Int8 ? "int8" : "bf16";
+  const cpu::KernelFn kernel = cpu::SelectKernel(options, tq3, rows, head_dim);
+  return kernel == &cpu::AttendAmxTq3Int8 || kernel == &cpu::AttendAmxTq3Int8Values ? "int8" : "bf16";
+}
+
+const char* CpuTq3ValuesFor(const CpuAttentionOptions& options, int group, int head_dim) {
+  const KvFormat tq3 = KvFormat::kTq3;
+  const int rows = DecodeTaskRows(options, tq3, group, head_dim);
+  if (cpu::SelectIsa(options.family, options.force_scalar, tq3, rows, head_dim, options.tq3_scores) != cpu::CpuIsa::kAmx) {
+    return "";
+  }
+  return cpu::SelectKernel(options, tq3, rows, head_dim) == &cpu::AttendAmxTq3Int8Values ? "int8" : "bf16";
 }
 
 const char* CpuKernelIsaFor(const CpuAttentionOptions& options, KvFormat format) {

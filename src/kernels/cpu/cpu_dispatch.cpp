@@ -55,6 +55,22 @@ CpuKernelFamily EnvironmentFamily() {
 // and `minimakv bench --isa auto/bf16,auto/i8` at the Llama and Qwen3.6 shapes (32K, 2 threads) likewise.
 constexpr bool kTq3Int8ScoresByDefault = true;
 
+// CpuTq3Values::kAuto: TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values) or bf16 tiles, where the scores are int8.
+// Session 9 (docs/BENCHMARKS.md section 3, "Session 9"): see the A/B figures there; off until it measures faster.
+constexpr bool kTq3Int8ValuesByDefault = false;
+
+// MINIMAKV_TQ3_VALUES (bf16 | int8) replaces CpuTq3Values::kAuto for the whole process; unset or unrecognized: kAuto.
+CpuTq3Values EnvironmentTq3Values() {
+  static const CpuTq3Values values = [] {
+    const char* value = std::getenv("MINIMAKV_TQ3_VALUES");
+    if (value == nullptr) return CpuTq3Values::kAuto;
+    if (std::strcmp(value, "bf16") == 0) return CpuTq3Values::kBf16;
+    if (std::strcmp(value, "int8") == 0) return CpuTq3Values::kInt8;
+    return CpuTq3Values::kAuto;
+  }();
+  return values;
+}
+
 // kAuto on a machine with both families: AMX (A) or AVX-512 (V) per format, head_dim and task rows 1..8.
 // Single-thread A/B, AMX time / AVX-512 time (< 1: AMX faster), runs of 18:14-18:38 UTC
 // at commits 9797555 / 068ec46, several runs per cell where close
@@ -185,9 +201,24 @@ bool UseTq3Int8Scores(CpuTq3Scores wanted, KvFormat format, [[maybe_unused]] int
   return kTq3Int8ScoresByDefault;
 }
 
+bool UseTq3Int8Values(CpuTq3Values wanted, CpuTq3Scores scores, KvFormat format, int rows, int head_dim) {
+  // The int8 value pass lives in the int8-score kernel only (one more template flag, not a fourth kernel).
+  if (!UseTq3Int8Scores(scores, format, rows, head_dim)) return false;
+  if (wanted == CpuTq3Values::kAuto) wanted = EnvironmentTq3Values();
+  switch (wanted) {
+    case CpuTq3Values::kBf16: return false;
+    case CpuTq3Values::kInt8: return true;
+    case CpuTq3Values::kAuto: break;
+  }
+  return kTq3Int8ValuesByDefault;
+}
+
 KernelFn SelectKernel(const CpuAttentionOptions& options, KvFormat format, int rows, int head_dim) {
   const CpuIsa isa = SelectIsa(options.family, options.force_scalar, format, rows, head_dim, options.tq3_scores);
-  if (isa == CpuIsa::kAmx && UseTq3Int8Scores(options.tq3_scores, format, rows, head_dim)) return &AttendAmxTq3Int8;
+  if (isa == CpuIsa::kAmx && UseTq3Int8Scores(options.tq3_scores, format, rows, head_dim)) {
+    return UseTq3Int8Values(options.tq3_values, options.tq3_scores, format, rows, head_dim) ? &AttendAmxTq3Int8Values
+                                                                                             : &AttendAmxTq3Int8;
+  }
   return KernelFor(isa);
 }
 

@@ -49,6 +49,9 @@ void AttendAvx512(const KernelTask& task);
 void AttendAmx(const KernelTask& task);
 // The AMX TQ3 kernel with scores on AMX-INT8 (TDPBSSD; values as AttendAmx), only called when AmxInt8Usable().
 void AttendAmxTq3Int8(const KernelTask& task);
+// The same with the values on AMX-INT8 too (TDPBUSD: fixed-point weight digits times int8 value units), only
+// called when AmxInt8Usable().
+void AttendAmxTq3Int8Values(const KernelTask& task);
 // True when the CPU has AMX-TILE, AMX-BF16 and the AVX-512 subset the AMX kernels use, and the OS granted this
 // process tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool AmxUsable();
@@ -82,8 +85,11 @@ KernelFn KernelFor(CpuIsa isa);
 // Whether an AMX TQ3 task of `rows` rows scores on AMX-INT8 (AttendAmxTq3Int8) when `wanted` is asked for; false
 // for other formats and on machines without AMX-INT8.
 bool UseTq3Int8Scores(CpuTq3Scores wanted, KvFormat format, int rows, int head_dim);
+// Whether such a task (UseTq3Int8Scores true) also runs its value products on AMX-INT8 (AttendAmxTq3Int8Values)
+// when `wanted` is asked for; false wherever UseTq3Int8Scores is.
+bool UseTq3Int8Values(CpuTq3Values wanted, CpuTq3Scores scores, KvFormat format, int rows, int head_dim);
 // The kernel a task of `rows` rows over a view of `format` and `head_dim` runs: SelectIsa's family, and for AMX
-// TQ3 the score variant UseTq3Int8Scores names.
+// TQ3 the score and value variants UseTq3Int8Scores and UseTq3Int8Values name.
 KernelFn SelectKernel(const CpuAttentionOptions& options, KvFormat format, int rows, int head_dim);
 const char* IsaName(CpuIsa isa);
 

@@ -80,6 +80,7 @@ using amx::kTileRows;      // rows of every tile we configure
 using amx::LoadTileConfig;
 using amx::TileDot;
 using amx::TileDotInt8;
+using amx::TileDotU8S8;
 using amx::TileProduct;
 using amx::TileLoad;
 using amx::TileRelease;
@@ -431,6 +432,14 @@ struct alignas(64) Workspace {
   // weight of one fixed-point unit (max |x| / kQueryFixedMax). The keys' int8 tiles reuse key_tiles.
   int8_t q_digits[kMaxHeadDim / kInt8TileCoords][kColumnBlocks][kTileRows][kTileRowBytes];
   float digit_scale[kRowCapacity];
+  // TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values): the weights of a block as A tiles of unsigned digits,
+  // [row block][row p*R + r][key] (digit p of row r's 24-bit fixed-point weight, key j at byte j); the values of
+  // one step as B tiles, [16-coordinate chunk][key quad][64 int8] (keys 4k .. 4k + 3 of a coordinate per dword);
+  // per row the weight of one fixed-point unit of this block, per key its value scale in fixed-point units.
+  alignas(64) uint8_t w_digits[kColumnBlocks][kTileRows][kTileRowBytes];
+  alignas(64) int8_t v_quads[kInt8TileCoords / kTileCols][kTileRows][kTileRowBytes];
+  alignas(64) float value_fixed[kBlockKeys];
+  float weight_unit[kRowCapacity];
 };
 // The workspace of a task of ROWS rows.
 template <int ROWS>
@@ -773,6 +782,239 @@ MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const ui
   }
 }
 
+// ---- TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values) ----
+// The value units (+-13, 40, 71, 114) are exact int8 (as for the scores), so a value tile holds 64 keys x 16
+// coordinates (VNNI quads) and one TDPBUSD multiplies a whole 64-key block: half the tile products of the bf16
+// pass (32 keys each), and a value expands in Tq3Int8Amx's 4 vector operations plus 2 unpacks per 64 coordinates
+// (bf16: 6 plus 2) with one store instead of two. The softmax weights become a fixed point per row and block:
+// W_j = round(exp2(s_j - m_b) * vs_j * kWeightFixedMax / max_j vs_j) <= kWeightFixedMax (m_b the row's block
+// maximum, vs_j the value scale / alpha), three unsigned digits W = 65536 w2 + 256 w1 + w0. TDPBUSD sums the
+// digit products exactly in int32 (|sum| <= 64 * 255 * 114 = 1.9e6 per block and digit, so 256 S1 + S0 and
+// 65536 S2 are exact) and the row's accumulator gains (65536 S2 + 256 S1 + S0) * exp2(m_b - m) * max vs /
+// kWeightFixedMax. Error: the weight rounding, at most half a unit = 3e-8 of the block's largest weight per key
+// (the bf16 pass splits each weight exactly); the denominator sums the unrounded fp32 weights as before.
+constexpr int kWeightFixedMax = (1 << 24) - 1;  // three unsigned 8-bit digits
+constexpr int kValueChunks = kInt8TileCoords / kTileCols;  // 16-coordinate B tiles per 64-coordinate step
+
+// Value position e (accumulator order of the int8 value pass: step, chunk j, column n) -> expansion position of
+// Tq3Int8Amx inside the step: u_j of ExpandValueQuad holds, in dword n, position 16 (n / 4) + 4 j + n % 4.
+inline int Int8ValueExpansionPosition(int e) {
+  const int base = e / kInt8TileCoords * kInt8TileCoords;
+  const int j = (e % kInt8TileCoords) / kTileCols;
+  const int n = e % kTileCols;
+  return base + 16 * (n / 4) + 4 * j + n % 4;
+}
+
+// Online-softmax update for one block with the weights as fixed-point digits in ws.w_digits (see above); the
+// rescale of the running sums and accumulators as SoftmaxToWeightTiles.
+template <int ROWS>
+MINIMAKV_AMX_TARGET void SoftmaxToWeightDigits(int n, int head_dim, WorkspaceFor<ROWS>& ws) {
+  constexpr int kGroups = kBlockKeys / kLanes;
+  // Value scales in fixed-point units of the block's largest one (TQ3 scales are norms: >= 0).
+  __m512 vs_max_v = _mm512_setzero_ps();
+  for (int g = 0; g * kLanes < n; ++g) {
+    const __mmask16 valid = __mmask16((1u << std::min(n - g * kLanes, kLanes)) - 1);
+    vs_max_v = _mm512_max_ps(vs_max_v, _mm512_maskz_load_ps(valid, ws.value_scale + g * kLanes));
+  }
+  const float vs_max = _mm512_reduce_max_ps(vs_max_v);
+  const float to_fixed = vs_max > 0.0f ? float(kWeightFixedMax) / vs_max : 0.0f;
+  for (int g = 0; g < kGroups; ++g) {
+    const __mmask16 valid = __mmask16((1u << std::clamp(n - g * kLanes, 0, kLanes)) - 1);
+    const __m512 fixed = _mm512_mul_ps(_mm512_maskz_load_ps(valid, ws.value_scale + g * kLanes), _mm512_set1_ps(to_fixed));
+    _mm512_store_ps(ws.value_fixed + g * kLanes, _mm512_min_ps(fixed, _mm512_set1_ps(float(kWeightFixedMax))));
+  }
+  alignas(64) float block_max[kLanes] = {};
+  alignas(64) float new_max[kLanes] = {};
+  alignas(64) float rescale[kLanes];
+  alignas(64) float block_weight[kLanes];
+  for (int r = 0; r < ROWS; ++r) {
+    block_max[r] = _mm512_reduce_max_ps(_mm512_load_ps(ws.block_max[r]));
+    new_max[r] = std::fmax(ws.running_max[r], block_max[r]);
+  }
+  constexpr __mmask16 kRows = __mmask16((1u << ROWS) - 1);
+  const __m512 new_max_v = _mm512_load_ps(new_max);
+  _mm512_store_ps(rescale, Exp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(kRows, ws.running_max), new_max_v)));
+  _mm512_store_ps(block_weight, Exp2(_mm512_sub_ps(_mm512_load_ps(block_max), new_max_v)));
+  // Digit p of the keys of w[0], w[1] (keys 0..31): bytes 0..31 digit 0 and 32..63 digit 1 (kLowDigits), or digit
+  // 2 in both halves (kHighDigit); VPERMT2B index bit 6 picks w[1]. The same indices serve w[2], w[3].
+  alignas(64) uint8_t low_digits[kTileRowBytes];
+  alignas(64) uint8_t high_digit[kTileRowBytes];
+  for (int b = 0; b < kTileRowBytes; ++b) {
+    const int key = b % 32;
+    const int source = (key / kLanes) * kTileRowBytes + (key % kLanes) * 4;
+    low_digits[b] = uint8_t(source + b / 32);
+    high_digit[b] = uint8_t(source + 2);
+  }
+  const __m512i low_index = _mm512_load_si512(low_digits);
+  const __m512i high_index = _mm512_load_si512(high_digit);
+  constexpr int kLowHalves = _MM_SHUFFLE(1, 0, 1, 0), kHighHalves = _MM_SHUFFLE(3, 2, 3, 2);
+  for (int r = 0; r < ROWS; ++r) {
+    const float* s = ws.scores[r];
+    ws.running_max[r] = new_max[r];
+    const __m512 max_v = _mm512_set1_ps(block_max[r]);
+    __m512 sum = _mm512_setzero_ps();
+    __m512i w[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      const int j = g * kLanes;
+      if (j >= n) {
+        w[g] = _mm512_setzero_si512();
+        continue;
+      }
+      const __mmask16 valid = __mmask16((1u << std::min(n - j, kLanes)) - 1);
+      const __m512 p = _mm512_maskz_mov_ps(valid, Exp2(_mm512_sub_ps(_mm512_maskz_load_ps(valid, s + j), max_v)));
+      sum = _mm512_add_ps(sum, p);
+      w[g] = _mm512_cvtps_epi32(_mm512_mul_ps(p, _mm512_load_ps(ws.value_fixed + j)));  // round to nearest
+    }
+    const __m512i low01 = _mm512_permutex2var_epi8(w[0], low_index, w[1]);
+    const __m512i low23 = _mm512_permutex2var_epi8(w[2], low_index, w[3]);
+    const __m512i high01 = _mm512_permutex2var_epi8(w[0], high_index, w[1]);
+    const __m512i high23 = _mm512_permutex2var_epi8(w[2], high_index, w[3]);
+    const __m512i digits[kQueryParts] = {_mm512_shuffle_i64x2(low01, low23, kLowHalves),
+                                         _mm512_shuffle_i64x2(low01, low23, kHighHalves),
+                                         _mm512_shuffle_i64x2(high01, high23, kLowHalves)};
+    for (int p = 0; p < kQueryParts; ++p) {
+      const int m = p * ROWS + r;
+      _mm512_store_si512(ws.w_digits[m / kTileRows][m % kTileRows], digits[p]);
+    }
+    ws.weight_unit[r] = block_weight[r] * (vs_max / float(kWeightFixedMax));
+    ws.running_sum[r] = ws.running_sum[r] * rescale[r] + block_weight[r] * _mm512_reduce_add_ps(sum);
+    if (rescale[r] != 1.0f) {
+      const __m512 rescale_v = _mm512_set1_ps(rescale[r]);
+      for (int i = 0; i < head_dim; i += kLanes) {
+        _mm512_store_ps(&ws.acc[r][i], _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][i]), rescale_v));
+      }
+    }
+  }
+}
+
+// The B-tile rows of key quad kq for one step: keys 4 kq .. 4 kq + 3 expanded to int8 units (zero at or past n)
+// and interleaved by two rounds of unpacks, so u[j] dword n holds the four keys' unit at expansion position
+// 16 (n / 4) + 4 j + n % 4 (see Int8ValueExpansionPosition).
+MINIMAKV_AMX_TARGET inline void ExpandValueQuad(const Tq3Int8Amx::State& state, const uint8_t* values,
+                                                size_t value_bytes, int n, int kq, int step,
+                                                __m512i (&u)[kValueChunks]) {
+  __m512i x[4];
+  for (int i = 0; i < 4; ++i) {
+    const int key = 4 * kq + i;
+    x[i] = key < n ? Tq3Int8Amx::Expand(state, values + size_t(key) * value_bytes, step) : _mm512_setzero_si512();
+  }
+  const __m512i ab_low = _mm512_unpacklo_epi8(x[0], x[1]), ab_high = _mm512_unpackhi_epi8(x[0], x[1]);
+  const __m512i cd_low = _mm512_unpacklo_epi8(x[2], x[3]), cd_high = _mm512_unpackhi_epi8(x[2], x[3]);
+  u[0] = _mm512_unpacklo_epi16(ab_low, cd_low);
+  u[1] = _mm512_unpackhi_epi16(ab_low, cd_low);
+  u[2] = _mm512_unpacklo_epi16(ab_high, cd_high);
+  u[3] = _mm512_unpackhi_epi16(ab_high, cd_high);
+}
+
+// acc[r][position .. + 15] += row r's digit sums of one chunk times its fixed-point unit: C rows p * R + r in C
+// tile tile_of(row block), row (p * R + r) % 16, int32 bits in ws.c_tiles.
+template <int ROWS, typename TileOf>
+MINIMAKV_AMX_TARGET inline void AddWeightDigits(WorkspaceFor<ROWS>& ws, int position, TileOf tile_of) {
+  for (int r = 0; r < ROWS; ++r) {
+    __m512i part[kQueryParts];
+    for (int p = 0; p < kQueryParts; ++p) {
+      const int m = p * ROWS + r;
+      part[p] = _mm512_load_si512(ws.c_tiles[tile_of(m / kTileRows)][m % kTileRows]);
+    }
+    const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(part[1], kDigitBits), part[0]);  // exact in int32
+    const __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part[2]), _mm512_set1_ps(float(kDigitBase * kDigitBase)),
+                                       _mm512_cvtepi32_ps(low));
+    float* acc = &ws.acc[r][position];
+    _mm512_store_ps(acc, _mm512_fmadd_ps(sum, _mm512_set1_ps(ws.weight_unit[r]), _mm512_load_ps(acc)));
+  }
+}
+
+// The value products of one block on AMX-INT8: per 64-coordinate step, every key quad expanded once into the
+// four chunks' B tiles (the next block's keys prefetched during the first step, spread over the quads), then
+// one TDPBUSD per chunk and row block: A = the weight digits (loaded once per block), C in tiles 0-3.
+template <int ROWS>
+MINIMAKV_AMX_TARGET void ValueBlockInt8(const Tq3Int8Amx::State& state, const uint8_t* values, size_t value_bytes,
+                                        int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
+                                        WorkspaceFor<ROWS>& ws) {
+  constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
+  const int steps = head_dim / kInt8TileCoords;
+  const int quads = (n + 3) / 4;
+  constexpr size_t kCStride = kTileCols * sizeof(float);
+  // A tiles: 4 (one row block), 4-5 (two), 3-5 (three).
+  if constexpr (kRowBlocks == 1) {
+    TileLoad<4>(ws.w_digits[0], kTileRowBytes);
+  } else if constexpr (kRowBlocks == 2) {
+    TileLoad<4>(ws.w_digits[0], kTileRowBytes);
+    TileLoad<5>(ws.w_digits[1], kTileRowBytes);
+  } else {
+    TileLoad<3>(ws.w_digits[0], kTileRowBytes);
+    TileLoad<4>(ws.w_digits[1], kTileRowBytes);
+    TileLoad<5>(ws.w_digits[2], kTileRowBytes);
+  }
+  for (int step = 0; step < steps; ++step) {
+    for (int kq = 0; kq < quads; ++kq) {
+      const size_t ahead = size_t(4 * kq) * value_bytes;
+      if (step == 0 && next_keys != nullptr && ahead < next_key_bytes) {
+        PrefetchL2(next_keys + ahead, std::min(4 * value_bytes, next_key_bytes - ahead));
+      }
+      __m512i u[kValueChunks];
+      ExpandValueQuad(state, values, value_bytes, n, kq, step, u);
+      for (int j = 0; j < kValueChunks; ++j) _mm512_store_si512(ws.v_quads[j][kq], u[j]);
+    }
+    // Quads past n keep stale units: their weight digits are zero, and int8 products have no NaN.
+    const int position = step * kInt8TileCoords;
+    if constexpr (kRowBlocks == 1) {
+      TileZero<0>();
+      TileZero<1>();
+      TileZero<2>();
+      TileZero<3>();
+      TileLoad<5>(ws.v_quads[0], kTileRowBytes);
+      TileLoad<6>(ws.v_quads[1], kTileRowBytes);
+      TileDotU8S8<0, 4, 5>();
+      TileDotU8S8<1, 4, 6>();
+      TileLoad<5>(ws.v_quads[2], kTileRowBytes);
+      TileLoad<6>(ws.v_quads[3], kTileRowBytes);
+      TileDotU8S8<2, 4, 5>();
+      TileDotU8S8<3, 4, 6>();
+      TileStore<0>(ws.c_tiles[0], kCStride);
+      TileStore<1>(ws.c_tiles[1], kCStride);
+      TileStore<2>(ws.c_tiles[2], kCStride);
+      TileStore<3>(ws.c_tiles[3], kCStride);
+      for (int j = 0; j < kValueChunks; ++j) {
+        AddWeightDigits<ROWS>(ws, position + kTileCols * j, [j](int) { return j; });
+      }
+    } else if constexpr (kRowBlocks == 2) {
+      for (int j = 0; j < kValueChunks; j += 2) {
+        TileZero<0>();
+        TileZero<1>();
+        TileZero<2>();
+        TileZero<3>();
+        TileLoad<6>(ws.v_quads[j], kTileRowBytes);
+        TileLoad<7>(ws.v_quads[j + 1], kTileRowBytes);
+        TileDotU8S8<0, 4, 6>();
+        TileDotU8S8<1, 5, 6>();
+        TileDotU8S8<2, 4, 7>();
+        TileDotU8S8<3, 5, 7>();
+        TileStore<0>(ws.c_tiles[0], kCStride);
+        TileStore<1>(ws.c_tiles[1], kCStride);
+        TileStore<2>(ws.c_tiles[2], kCStride);
+        TileStore<3>(ws.c_tiles[3], kCStride);
+        AddWeightDigits<ROWS>(ws, position + kTileCols * j, [](int block) { return block; });
+        AddWeightDigits<ROWS>(ws, position + kTileCols * (j + 1), [](int block) { return 2 + block; });
+      }
+    } else {
+      for (int j = 0; j < kValueChunks; ++j) {
+        TileZero<0>();
+        TileZero<1>();
+        TileZero<2>();
+        TileLoad<6>(ws.v_quads[j], kTileRowBytes);
+        TileDotU8S8<0, 3, 6>();
+        TileDotU8S8<1, 4, 6>();
+        TileDotU8S8<2, 5, 6>();
+        TileStore<0>(ws.c_tiles[0], kCStride);
+        TileStore<1>(ws.c_tiles[1], kCStride);
+        TileStore<2>(ws.c_tiles[2], kCStride);
+        AddWeightDigits<ROWS>(ws, position + kTileCols * j, [](int block) { return block; });
+      }
+    }
+  }
+}
+
 // Row r's query (rotated, times the score scale) as fixed-point digits in the int8 B tiles, in Tq3Int8Amx's
 // expansion order, and its fixed-point unit in ws.digit_scale[r] (see kQueryFixedMax).
 template <int ROWS>
@@ -802,11 +1044,17 @@ MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int
   }
 }
 
-template <typename Codec, int ROWS, bool kInt8Scores = false>
+template <typename Codec, int ROWS, bool kInt8Scores = false, bool kInt8Values = false>
 MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
+  static_assert(!kInt8Values || kInt8Scores, "int8 values come with int8 scores");
   const PageLayout& layout = task.view->layout;
   const int d = layout.head_dim;
   WorkspaceFor<ROWS> ws;
+  if constexpr (kInt8Values) {
+    // Rows past 3R of the weight tiles stay zero; value quads past a short block are read (times zero weights).
+    std::memset(ws.w_digits, 0, sizeof ws.w_digits);
+    std::memset(ws.v_quads, 0, sizeof ws.v_quads);
+  }
   // 1. Query parts (int8: digits) as B tiles, in the keys' expansion order; unused columns zero.
   if constexpr (kInt8Scores) {
     std::memset(ws.q_digits, 0, sizeof ws.q_digits);
@@ -857,39 +1105,48 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
     const uint8_t* values = b.page + layout.v_codes_offset(task.kv_head, b.t0);
     ScoreBlock<Codec, ROWS, kInt8Scores>(state, int8_state, b.page + layout.k_codes_offset(task.kv_head, b.t0),
                                          code_bytes, values, b.n, d, ws);
-    SoftmaxToWeightTiles<ROWS>(b.n, d, kHasScales, ws);
-    ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
+    if constexpr (kInt8Values) {
+      SoftmaxToWeightDigits<ROWS>(b.n, d, ws);
+      ValueBlockInt8<ROWS>(int8_state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
+    } else {
+      SoftmaxToWeightTiles<ROWS>(b.n, d, kHasScales, ws);
+      ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
+    }
   }
   TileRelease();
   // 3. Normalize, restore coordinate order, rotate TQ3 back.
   for (int r = 0; r < ROWS; ++r) {
     const float inv_sum = 1.0f / ws.running_sum[r];
     float* out = Codec::kFormat == KvFormat::kTq3 ? rotated : task.out_rows[r];
-    for (int e = 0; e < d; ++e) out[Codec::Coordinate(ValueExpansionPosition<Codec>(e))] = ws.acc[r][e] * inv_sum;
+    for (int e = 0; e < d; ++e) {
+      const int coordinate = kInt8Values ? Tq3Int8Amx::Coordinate(Int8ValueExpansionPosition(e))
+                                         : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
+      out[coordinate] = ws.acc[r][e] * inv_sum;
+    }
     if constexpr (Codec::kFormat == KvFormat::kTq3) task.rotation->Inverse(rotated, task.out_rows[r]);
     *task.lse_rows[r] = ws.running_max[r] + std::log2(ws.running_sum[r]);
   }
 }
 
-template <typename Codec, bool kInt8Scores = false>
+template <typename Codec, bool kInt8Scores = false, bool kInt8Values = false>
 void AttendFormat(const KernelTask& task) {
   switch (task.num_rows) {
-    case 1: return AttendTask<Codec, 1, kInt8Scores>(task);
-    case 2: return AttendTask<Codec, 2, kInt8Scores>(task);
-    case 3: return AttendTask<Codec, 3, kInt8Scores>(task);
-    case 4: return AttendTask<Codec, 4, kInt8Scores>(task);
-    case 5: return AttendTask<Codec, 5, kInt8Scores>(task);
-    case 6: return AttendTask<Codec, 6, kInt8Scores>(task);
-    case 7: return AttendTask<Codec, 7, kInt8Scores>(task);
-    case 8: return AttendTask<Codec, 8, kInt8Scores>(task);
-    case 9: return AttendTask<Codec, 9, kInt8Scores>(task);
-    case 10: return AttendTask<Codec, 10, kInt8Scores>(task);
-    case 11: return AttendTask<Codec, 11, kInt8Scores>(task);
-    case 12: return AttendTask<Codec, 12, kInt8Scores>(task);
-    case 13: return AttendTask<Codec, 13, kInt8Scores>(task);
-    case 14: return AttendTask<Codec, 14, kInt8Scores>(task);
-    case 15: return AttendTask<Codec, 15, kInt8Scores>(task);
-    default: return AttendTask<Codec, 16, kInt8Scores>(task);
+    case 1: return AttendTask<Codec, 1, kInt8Scores, kInt8Values>(task);
+    case 2: return AttendTask<Codec, 2, kInt8Scores, kInt8Values>(task);
+    case 3: return AttendTask<Codec, 3, kInt8Scores, kInt8Values>(task);
+    case 4: return AttendTask<Codec, 4, kInt8Scores, kInt8Values>(task);
+    case 5: return AttendTask<Codec, 5, kInt8Scores, kInt8Values>(task);
+    case 6: return AttendTask<Codec, 6, kInt8Scores, kInt8Values>(task);
+    case 7: return AttendTask<Codec, 7, kInt8Scores, kInt8Values>(task);
+    case 8: return AttendTask<Codec, 8, kInt8Scores, kInt8Values>(task);
+    case 9: return AttendTask<Codec, 9, kInt8Scores, kInt8Values>(task);
+    case 10: return AttendTask<Codec, 10, kInt8Scores, kInt8Values>(task);
+    case 11: return AttendTask<Codec, 11, kInt8Scores, kInt8Values>(task);
+    case 12: return AttendTask<Codec, 12, kInt8Scores, kInt8Values>(task);
+    case 13: return AttendTask<Codec, 13, kInt8Scores, kInt8Values>(task);
+    case 14: return AttendTask<Codec, 14, kInt8Scores, kInt8Values>(task);
+    case 15: return AttendTask<Codec, 15, kInt8Scores, kInt8Values>(task);
+    default: return AttendTask<Codec, 16, kInt8Scores, kInt8Values>(task);
   }
 }
 
@@ -936,6 +1193,11 @@ void AttendAmxTq3Int8(const KernelTask& task) {
   AttendFormat<Tq3Amx, true>(task);
 }
 
+void AttendAmxTq3Int8Values(const KernelTask& task) {
+  if (task.num_pages == 0 || task.view->layout.format != KvFormat::kTq3) return AttendAmx(task);
+  AttendFormat<Tq3Amx, true, true>(task);
+}
+
 void AttendAmx(const KernelTask& task) {
   if (task.num_pages == 0) {
     WriteEmptyState(task, task.view->layout.head_dim);
@@ -956,6 +1218,7 @@ namespace minimakv::cpu {
 bool AmxUsable() { return false; }
 bool AmxInt8Usable() { return false; }
 void AttendAmxTq3Int8(const KernelTask& task) { AttendScalar(task); }
+void AttendAmxTq3Int8Values(const KernelTask& task) { AttendScalar(task); }
 void Tq3AmxCentroidUnits(uint16_t* units_bf16) {
   for (int i = 0; i < 8; ++i) units_bf16[i] = 0;
 }

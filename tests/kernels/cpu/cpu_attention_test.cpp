@@ -127,9 +127,15 @@ const char* const kIsas[] = {"amx", "avx512", "scalar"};
 
 // Options that run `isa` for every format ("auto": the dispatcher's choice per task, always true); false when
 // this machine does not have it. "amx/i8", "auto/i8": the same with TQ3 scores on AMX-INT8 (false without it).
+// "amx/i8v", "auto/i8v": TQ3 scores and values on AMX-INT8 (CpuTq3Values::kInt8).
 bool OptionsForIsa(const std::string& isa_entry, CpuAttentionOptions* options) {
   std::string isa = isa_entry;
-  if (isa.ends_with("/i8")) {
+  if (isa.ends_with("/i8v")) {
+    if (!cpu::AmxInt8Usable()) return false;
+    options->tq3_scores = CpuTq3Scores::kInt8;
+    options->tq3_values = CpuTq3Values::kInt8;
+    isa = isa.substr(0, isa.size() - 4);
+  } else if (isa.ends_with("/i8")) {
     if (!cpu::AmxInt8Usable()) return false;
     options->tq3_scores = CpuTq3Scores::kInt8;
     isa = isa.substr(0, isa.size() - 3);
@@ -151,12 +157,19 @@ void ExpectInt8KernelChosen(const CpuAttentionOptions& options, int group, int h
         cpu::CpuIsa::kAmx) {
       continue;
     }
-    EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, head_dim), &cpu::AttendAmxTq3Int8)
-        << "rows " << rows << " d " << head_dim;
+    // int8 values (kInt8) run their own kernel; kAuto keeps the bf16 value pass (session 9: off by default).
+    const cpu::KernelFn want = options.tq3_values == CpuTq3Values::kInt8 ? &cpu::AttendAmxTq3Int8Values
+                                                                          : &cpu::AttendAmxTq3Int8;
+    EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, head_dim), want) << "rows " << rows << " d " << head_dim;
   }
   const std::string scores = CpuTq3ScoresFor(options, group, head_dim);
   EXPECT_TRUE(scores == "int8" || scores.empty()) << scores;
-  if (options.family == CpuKernelFamily::kAmx) EXPECT_EQ(scores, "int8");
+  const std::string values = CpuTq3ValuesFor(options, group, head_dim);
+  EXPECT_TRUE(values == (options.tq3_values == CpuTq3Values::kInt8 ? "int8" : "bf16") || values.empty()) << values;
+  if (options.family == CpuKernelFamily::kAmx) {
+    EXPECT_EQ(scores, "int8");
+    EXPECT_EQ(values, options.tq3_values == CpuTq3Values::kInt8 ? "int8" : "bf16");
+  }
 }
 
 // Checks outputs and LSEs against the reference; empty rows must be exactly (0, -inf).
@@ -222,6 +235,18 @@ void CheckKernelVsReference(KvFormat format, int head_dim, int group, const CpuA
         if (options.family == CpuKernelFamily::kAmx) {
           EXPECT_NE(std::memcmp(out_bf16.data(), out.data(), want_out.size() * sizeof(float)), 0) << "int8 == bf16 bits";
         }
+        if (options.tq3_values == CpuTq3Values::kInt8) {
+          // The int8 scores with bf16 values on the same pages: within the bound, and other bits than the int8
+          // value pass (its fixed-point weights round differently from the exact three-part split).
+          CpuAttentionOptions bf16_values = options;
+          bf16_values.tq3_values = CpuTq3Values::kBf16;
+          std::vector<float> out_v(want_out.size()), lse_v(want_lse.size());
+          ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_v.data(), lse_v.data()}, bf16_values).ok());
+          ExpectMatchesReference(out_v.data(), lse_v.data(), want_out, want_lse, "bf16 values");
+          if (options.family == CpuKernelFamily::kAmx) {
+            EXPECT_NE(std::memcmp(out_v.data(), out.data(), want_out.size() * sizeof(float)), 0) << "int8 == bf16 values";
+          }
+        }
       }
     }
   }
@@ -260,6 +285,14 @@ INSTANTIATE_TEST_SUITE_P(Tq3Int8Scores, CpuKernelVsReference,
                                             ::testing::Values("amx/i8", "auto/i8")),
                          Int8ParamName);
 
+// TQ3 values on AMX-INT8 too (CpuTq3Values::kInt8): the same shapes; one row block of weight digits for groups
+// up to 5, two for 6-8 (and tasks of q_len x group rows up to 8).
+INSTANTIATE_TEST_SUITE_P(Tq3Int8Values, CpuKernelVsReference,
+                         ::testing::Combine(::testing::Values(KvFormat::kTq3), ::testing::Values(64, 128, 256),
+                                            ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
+                                            ::testing::Values("amx/i8v", "auto/i8v")),
+                         Int8ParamName);
+
 // GQA groups of 9-16 (GLM-4.5 / Qwen3-Coder-480B: 12; Qwen3-235B-A22B, Llama-3.1-405B: 16): one task of the
 // whole group on AMX and scalar, pieces of 8 on AVX-512, the dispatcher's choice for auto; and max_task_rows 8
 // (every family in pieces of 8, the layout before 16-row tasks). q_len 3 and 2 give 48 and 32 rows per sequence.
@@ -289,6 +322,11 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, CpuKernelLargeGroups,
 INSTANTIATE_TEST_SUITE_P(Tq3Int8Scores, CpuKernelLargeGroups,
                          ::testing::Combine(::testing::Values(KvFormat::kTq3), ::testing::Values(64, 128, 256),
                                             ::testing::Values(9, 11, 12, 16), ::testing::Values("amx/i8")),
+                         Int8ParamName);
+// The same with int8 values: three row blocks of weight digits (groups 11-16) and two (9, 10; tasks of 8).
+INSTANTIATE_TEST_SUITE_P(Tq3Int8Values, CpuKernelLargeGroups,
+                         ::testing::Combine(::testing::Values(KvFormat::kTq3), ::testing::Values(64, 128, 256),
+                                            ::testing::Values(9, 10, 11, 12, 16), ::testing::Values("amx/i8v")),
                          Int8ParamName);
 
 // The planner's rows per task (TaskRowsFor): groups up to 8 as before (whole groups within 8 rows), larger
@@ -403,15 +441,71 @@ TEST(CpuAttention, Tq3Int8ScoresWithOutlierAndZeroQueries) {
     const PagedKvView view = pool.View();
     std::vector<double> want_out, want_lse;
     ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
-    CpuAttentionOptions options;
-    ASSERT_TRUE(OptionsForIsa("amx/i8", &options));
-    ExpectInt8KernelChosen(options, kGroup, head_dim);
-    GuardedBuffer out(want_out.size());
-    GuardedBuffer lse(want_lse.size());
-    ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options).ok());
-    ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse, "d " + std::to_string(head_dim));
-    EXPECT_TRUE(out.CanariesIntact());
-    EXPECT_TRUE(lse.CanariesIntact());
+    for (const std::string isa : {"amx/i8", "amx/i8v"}) {
+      CpuAttentionOptions options;
+      ASSERT_TRUE(OptionsForIsa(isa, &options));
+      ExpectInt8KernelChosen(options, kGroup, head_dim);
+      GuardedBuffer out(want_out.size());
+      GuardedBuffer lse(want_lse.size());
+      ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options).ok());
+      ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse, isa + " d " + std::to_string(head_dim));
+      EXPECT_TRUE(out.CanariesIntact());
+      EXPECT_TRUE(lse.CanariesIntact());
+    }
+  }
+}
+
+// The int8 value pass rounds each softmax weight to a fixed point relative to the largest weight times value
+// scale of its row and 64-key block. The hardest inputs for that: sharp attention (weights spanning many octaves
+// inside a block and blocks far below the running maximum), value scales spanning 1000x inside a block (the
+// small-norm keys keep few bits), and whole blocks of zero values (scale 0: fixed-point unit 0).
+TEST(CpuAttention, Tq3Int8ValuesWithSharpWeightsAndZeroValues) {
+  if (!cpu::AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 on this machine";
+  constexpr int kKvHeads = 2;
+  const std::vector<int64_t> lengths = {700, 130, 64};
+  for (int head_dim : {64, 128, 256}) {
+    DenseBatch batch = MakeBatch(lengths, kKvHeads, head_dim, 83);
+    const size_t vector_floats = size_t(head_dim);
+    for (size_t s = 0; s < batch.v.size(); ++s) {
+      const size_t vectors = batch.v[s].size() / vector_floats;
+      for (size_t i = 0; i < vectors; ++i) {
+        const size_t token = i / size_t(kKvHeads);
+        float factor = 1.0f;
+        if (s == 0 && token >= 64 && token < 192) factor = 0.0f;       // two zero blocks of sequence 0
+        if (s == 2) factor = 0.0f;                                      // a sequence of zero values
+        if (token % 7 == 3) factor *= 0.001f;                           // norms spanning 1000x in a block
+        float* v = batch.v[s].data() + i * vector_floats;
+        for (size_t c = 0; c < vector_floats; ++c) v[c] *= factor;
+      }
+    }
+    HadamardRotation rotation;
+    ASSERT_TRUE(HadamardRotation::Create(head_dim, HadamardRotation::kDefaultSeed, &rotation).ok());
+    SyntheticPool pool;
+    ASSERT_TRUE(BuildSyntheticPool({KvFormat::kTq3, kKvHeads, head_dim, 64}, &rotation, WholeSequences(lengths),
+                                   SourceOf(batch), 17, &pool).ok());
+    for (int group : {4, 6, 12}) {
+      for (float peak : {1.0f, 6.0f, 12.0f}) {
+        const QueryBatch qb = MakeQueries({1, 2, 1}, kKvHeads * group, head_dim, peak, 89);
+        const AttentionQueries queries = qb.Queries(kKvHeads * group, head_dim);
+        const PagedKvView view = pool.View();
+        std::vector<double> want_out, want_lse;
+        ASSERT_TRUE(ReferenceAttention({&view, 1}, queries, &rotation, &want_out, &want_lse).ok());
+        CpuAttentionOptions options;
+        ASSERT_TRUE(OptionsForIsa("amx/i8v", &options));
+        ExpectInt8KernelChosen(options, group, head_dim);
+        GuardedBuffer out(want_out.size());
+        GuardedBuffer lse(want_lse.size());
+        ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out.data(), lse.data()}, options).ok());
+        const std::string what = "d " + std::to_string(head_dim) + " group " + std::to_string(group) + " peak " +
+                                 std::to_string(peak);
+        ExpectMatchesReference(out.data(), lse.data(), want_out, want_lse, what);
+        // Sequence 2 has only zero values: its outputs are exactly zero.
+        const size_t row_floats = size_t(kKvHeads * group * head_dim);
+        for (size_t i = 3 * row_floats; i < 4 * row_floats; ++i) ASSERT_EQ(out.data()[i], 0.0f) << what;
+        EXPECT_TRUE(out.CanariesIntact());
+        EXPECT_TRUE(lse.CanariesIntact());
+      }
+    }
   }
 }
 
@@ -439,7 +533,7 @@ TEST(CpuAttention, LongSequenceSplitOverThreadsMatchesReference) {
     options.num_threads = 1;
     ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_scalar.data(), lse_scalar.data()}, options).ok());
     ExpectMatchesReference(out_scalar.data(), lse_scalar.data(), want_out, want_lse, "scalar");
-    for (const std::string isa : {"amx", "avx512", "amx/i8"}) {
+    for (const std::string isa : {"amx", "avx512", "amx/i8", "amx/i8v"}) {
       options = {};
       if (!OptionsForIsa(isa, &options)) continue;
       options.num_threads = 2;
@@ -522,6 +616,43 @@ TEST(CpuDispatch, Tq3ScoreVariantFollowsOptions) {
       for (int rows : {1, 5, 16}) {
         EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, d), &cpu::AttendAmx);
         EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kFp8, rows, d), &cpu::AttendAmx);
+      }
+    }
+  }
+}
+
+// The TQ3 value variant follows CpuAttentionOptions::tq3_values where the TQ3 scores run on AMX-INT8, is bf16
+// where they run on bf16 tiles, and "" where the TQ3 tasks do not run on AMX; kAuto keeps bf16 values.
+TEST(CpuDispatch, Tq3ValueVariantFollowsOptions) {
+  if (std::getenv("MINIMAKV_TQ3_VALUES") != nullptr) GTEST_SKIP() << "MINIMAKV_TQ3_VALUES replaces kAuto";
+  CpuAttentionOptions options;
+  options.family = CpuKernelFamily::kAvx512;
+  options.tq3_scores = CpuTq3Scores::kInt8;
+  options.tq3_values = CpuTq3Values::kInt8;
+  EXPECT_STREQ(CpuTq3ValuesFor(options, 4, 128), "");
+  EXPECT_FALSE(cpu::UseTq3Int8Values(CpuTq3Values::kInt8, CpuTq3Scores::kInt8, KvFormat::kFp8, 4, 128));
+  EXPECT_FALSE(cpu::UseTq3Int8Values(CpuTq3Values::kInt8, CpuTq3Scores::kBf16, KvFormat::kTq3, 4, 128));
+  if (!cpu::AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 on this machine";
+  options.family = CpuKernelFamily::kAmx;
+  for (int d : {64, 128, 256}) {
+    for (int group : {1, 4, 6, 16}) {
+      options.tq3_scores = CpuTq3Scores::kInt8;
+      options.tq3_values = CpuTq3Values::kInt8;
+      EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "int8");
+      EXPECT_STREQ(CpuTq3ScoresFor(options, group, d), "int8");
+      options.tq3_values = CpuTq3Values::kAuto;
+      EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "bf16");
+      options.tq3_values = CpuTq3Values::kBf16;
+      EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "bf16");
+      options.tq3_scores = CpuTq3Scores::kBf16;
+      options.tq3_values = CpuTq3Values::kInt8;  // int8 values need int8 scores
+      EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "bf16");
+      for (int rows : {1, 5, 16}) {
+        options.tq3_scores = CpuTq3Scores::kInt8;
+        EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, d), &cpu::AttendAmxTq3Int8Values);
+        EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kFp8, rows, d), &cpu::AttendAmx);
+        options.tq3_scores = CpuTq3Scores::kBf16;
+        EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, d), &cpu::AttendAmx);
       }
     }
   }
@@ -617,7 +748,7 @@ TEST(CpuAttention, MixedViewsMergeToReferenceOverUnion) {
   const AttentionQueries queries = qb.Queries(kKvHeads * kGroup, kHeadDim);
   std::vector<double> want_out, want_lse;
   ASSERT_TRUE(ReferenceAttention(views, queries, &rotation, &want_out, &want_lse).ok());
-  for (const std::string isa : {"auto", "amx", "avx512", "scalar", "amx/i8", "auto/i8"}) {
+  for (const std::string isa : {"auto", "amx", "avx512", "scalar", "amx/i8", "auto/i8", "amx/i8v", "auto/i8v"}) {
     CpuAttentionOptions options;
     if (isa != "auto" && !OptionsForIsa(isa, &options)) continue;
     GuardedBuffer out(want_out.size());
