@@ -43,7 +43,8 @@ enum class CpuTq3Scores : uint8_t {
 // How the AMX TQ3 kernel with int8 scores computes its value products (session 9, docs/BENCHMARKS.md section 3).
 // The choice is made in one place, kernels/cpu/cpu_dispatch.cpp; only where the TQ3 scores run on AMX-INT8.
 enum class CpuTq3Values : uint8_t {
-  kAuto,  // what measured faster (cpu_dispatch.cpp); the environment variable MINIMAKV_TQ3_VALUES (bf16 | int8)
+  kAuto,  // int8 wherever the scores are int8, as measured faster (cpu_dispatch.cpp); the environment variable
+          // MINIMAKV_TQ3_VALUES (bf16 | int8)
           // replaces kAuto for a whole process, for A/B runs of whole programs
   kBf16,  // value units as bf16 tiles in VNNI pairs, the softmax weights split into three bf16 parts (TDPBF16PS)
   kInt8,  // value units as int8 tiles in VNNI quads, the weights a 24-bit fixed point per row and block of 64

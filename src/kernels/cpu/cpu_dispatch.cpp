@@ -55,9 +55,13 @@ CpuKernelFamily EnvironmentFamily() {
 // and `minimakv bench --isa auto/bf16,auto/i8` at the Llama and Qwen3.6 shapes (32K, 2 threads) likewise.
 constexpr bool kTq3Int8ScoresByDefault = true;
 
-// CpuTq3Values::kAuto: TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values) or bf16 tiles, where the scores are int8.
-// Session 9 (docs/BENCHMARKS.md section 3, "Session 9"): see the A/B figures there; off until it measures faster.
-constexpr bool kTq3Int8ValuesByDefault = false;
+// CpuTq3Values::kAuto: TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values) wherever the scores are int8. Session 9
+// (docs/BENCHMARKS.md section 3, "Session 9"): interleaved in-process A/B, same binary, int8 values over bf16
+// values (both with int8 scores), 16K tokens x 8 KV heads, caches flushed, one thread, median of 20 rounds:
+//   d 128 rows 1, 2, 4, 8, 16: 0.91 0.92 0.92-0.96 0.90 0.76;  d 64 rows 4: 0.92;  d 256 rows 4: 0.98, rows 6: 0.87-0.89
+// two threads, 32K tokens, rows 4 d 128, wall: 0.85-0.97 (4 runs); and `minimakv bench` (Llama 32K, 2 threads,
+// processes alternated with MINIMAKV_TQ3_VALUES) likewise.
+constexpr bool kTq3Int8ValuesByDefault = true;
 
 // MINIMAKV_TQ3_VALUES (bf16 | int8) replaces CpuTq3Values::kAuto for the whole process; unset or unrecognized: kAuto.
 CpuTq3Values EnvironmentTq3Values() {

@@ -126,7 +126,8 @@ double RelL2(const float* got, const float* want, size_t n) {
 const char* const kIsas[] = {"amx", "avx512", "scalar"};
 
 // Options that run `isa` for every format ("auto": the dispatcher's choice per task, always true); false when
-// this machine does not have it. "amx/i8", "auto/i8": the same with TQ3 scores on AMX-INT8 (false without it).
+// this machine does not have it. "amx/i8", "auto/i8": the same with TQ3 scores on AMX-INT8 and values on bf16
+// tiles (false without AMX-INT8); plain "amx" and "auto" run the defaults (int8 scores and values there).
 // "amx/i8v", "auto/i8v": TQ3 scores and values on AMX-INT8 (CpuTq3Values::kInt8).
 bool OptionsForIsa(const std::string& isa_entry, CpuAttentionOptions* options) {
   std::string isa = isa_entry;
@@ -138,6 +139,7 @@ bool OptionsForIsa(const std::string& isa_entry, CpuAttentionOptions* options) {
   } else if (isa.ends_with("/i8")) {
     if (!cpu::AmxInt8Usable()) return false;
     options->tq3_scores = CpuTq3Scores::kInt8;
+    options->tq3_values = CpuTq3Values::kBf16;  // the session-8 kernel: int8 scores, bf16 values
     isa = isa.substr(0, isa.size() - 3);
   }
   if (isa == "auto") {
@@ -157,18 +159,19 @@ void ExpectInt8KernelChosen(const CpuAttentionOptions& options, int group, int h
         cpu::CpuIsa::kAmx) {
       continue;
     }
-    // int8 values (kInt8) run their own kernel; kAuto keeps the bf16 value pass (session 9: off by default).
-    const cpu::KernelFn want = options.tq3_values == CpuTq3Values::kInt8 ? &cpu::AttendAmxTq3Int8Values
-                                                                          : &cpu::AttendAmxTq3Int8;
+    // int8 values (kInt8, and kAuto since session 9) run their own kernel; kBf16 the bf16 value pass.
+    const cpu::KernelFn want = options.tq3_values == CpuTq3Values::kBf16 ? &cpu::AttendAmxTq3Int8
+                                                                          : &cpu::AttendAmxTq3Int8Values;
     EXPECT_EQ(cpu::SelectKernel(options, KvFormat::kTq3, rows, head_dim), want) << "rows " << rows << " d " << head_dim;
   }
   const std::string scores = CpuTq3ScoresFor(options, group, head_dim);
   EXPECT_TRUE(scores == "int8" || scores.empty()) << scores;
   const std::string values = CpuTq3ValuesFor(options, group, head_dim);
-  EXPECT_TRUE(values == (options.tq3_values == CpuTq3Values::kInt8 ? "int8" : "bf16") || values.empty()) << values;
+  const char* want_values = options.tq3_values == CpuTq3Values::kBf16 ? "bf16" : "int8";
+  EXPECT_TRUE(values == want_values || values.empty()) << values;
   if (options.family == CpuKernelFamily::kAmx) {
     EXPECT_EQ(scores, "int8");
-    EXPECT_EQ(values, options.tq3_values == CpuTq3Values::kInt8 ? "int8" : "bf16");
+    EXPECT_EQ(values, want_values);
   }
 }
 
@@ -640,8 +643,8 @@ TEST(CpuDispatch, Tq3ValueVariantFollowsOptions) {
       options.tq3_values = CpuTq3Values::kInt8;
       EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "int8");
       EXPECT_STREQ(CpuTq3ScoresFor(options, group, d), "int8");
-      options.tq3_values = CpuTq3Values::kAuto;
-      EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "bf16");
+      options.tq3_values = CpuTq3Values::kAuto;  // int8 values by default since session 9
+      EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "int8");
       options.tq3_values = CpuTq3Values::kBf16;
       EXPECT_STREQ(CpuTq3ValuesFor(options, group, d), "bf16");
       options.tq3_scores = CpuTq3Scores::kBf16;
