@@ -101,6 +101,7 @@ constexpr int ColumnBlocksFor(int row_capacity) { return (kQueryParts * row_capa
 static_assert(ColumnBlocksFor(kMaxTaskRows) == 3, "three C tiles hold the 48 columns of 16 rows");
 constexpr int kFp8TableEntries = 128;
 
+
 constexpr int kTq3Indices = 8;
 
 
@@ -819,8 +820,8 @@ MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const ui
 // ---- TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values) ----
 // The value units (+-13, 40, 71, 114) are exact int8 (as for the scores), so a value tile holds 64 keys x 16
 // coordinates (VNNI quads) and one TDPBUSD multiplies a whole 64-key block: half the tile products of the bf16
-// pass (32 keys each), and a value expands in Tq3Int8Amx's 4 vector operations plus 2 unpacks per 64 coordinates
-// (bf16: 6 plus 2) with one store instead of two. The softmax weights become a fixed point per row and block:
+// pass (32 keys each), and four values expand together into their B-tile rows (Tq3QuadAmx: 15 vector operations
+// per four keys and 64 coordinates, one store per key; bf16: 6 plus 2 unpacks per key, two stores). The weights become a fixed point per row and block:
 // W_j = round(exp2(s_j - m_b) * vs_j * kWeightFixedMax / max_j vs_j) <= kWeightFixedMax (m_b the row's block
 // maximum, vs_j the value scale / alpha), three unsigned digits W = 65536 w2 + 256 w1 + w0. TDPBUSD sums the
 // digit products exactly in int32 (|sum| <= 64 * 255 * 114 = 1.9e6 per block and digit, so 256 S1 + S0 and
@@ -830,14 +831,109 @@ MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const ui
 constexpr int kWeightFixedMax = (1 << 24) - 1;  // three unsigned 8-bit digits
 constexpr int kValueChunks = kInt8TileCoords / kTileCols;  // 16-coordinate B tiles per 64-coordinate step
 
-// Value position e (accumulator order of the int8 value pass: step, chunk j, column n) -> expansion position of
-// Tq3Int8Amx inside the step: u_j of ExpandValueQuad holds, in dword n, position 16 (n / 4) + 4 j + n % 4.
-inline int Int8ValueExpansionPosition(int e) {
-  const int base = e / kInt8TileCoords * kInt8TileCoords;
-  const int j = (e % kInt8TileCoords) / kTileCols;
-  const int n = e % kTileCols;
-  return base + 16 * (n / 4) + 4 * j + n % 4;
-}
+// TQ3 values of four keys straight into VNNI-quad B-tile rows (the int8 value pass): instead of expanding each key
+// (Tq3Int8Amx::Expand, 4 operations) and interleaving four keys by two rounds of unpacks (8 per quad), the
+// gathers take bytes of all four keys at once. The quad's codes of one step sit in two registers (keys a, b at
+// bytes 0..23 and 24..47 of the first, c, d likewise in the second: four masked loads). Register i = 0, 1, 2
+// (word Wi of both groups): VPERMI2B puts byte L of Wi of group g of the four keys into bytes 0..3 of qword
+// q = 4 g + L, VPMULTISHIFTQB takes the low nibbles into bytes 0..3 and the high ones into 4..7 (dword t = the four
+// keys' coordinate 32 g + 8 i + 2 L + t), VPERMB looks the units up. Register 3 (the spill coordinates): two
+// VPERMI2B build per qword the bit matrix of byte L of W0, W1, W2 of keys a, b (rows 7-5, 4-2), and of c, d;
+// GF2P8AFFINEQB with x = bit 3 or bit 7 gives idx_a | idx_b << 3 (resp. c, d), the second one merged into bytes
+// 1 and 3 by its mask; VPMULTISHIFTQB splits them into one byte per key, VPERMB looks up. Per quad and step:
+// 13 shuffle-port operations and 2 GF2P8AFFINEQB, against 20 and 4 (Tq3Int8Amx::Expand x 4 + unpacks). The
+// same tile rows up to the coordinate order (so the same bits out); in-process A/B (one thread, 16K tokens,
+// 20-30 rounds) 0.96-0.99x the time of expand + unpack at rows 4 d 128, rows 6 d 256, rows 16 d 128; two threads
+// 0.99x. Removing the value expansion altogether (a wrong kernel) saves 20-25% either way: not the shuffle count
+// alone sets its cost.
+struct Tq3QuadAmx {
+  static constexpr int kRegisters = 4;  // B-tile rows per quad and step: 16 coordinates x 4 keys each
+  // Coordinate of column n of register j in a step (see above): q = n / 2 = 4 g + L, t = n % 2.
+  static int Coordinate(int e) {
+    const int base = e / kInt8TileCoords * kInt8TileCoords, j = (e % kInt8TileCoords) / kTileCols;
+    const int n = e % kTileCols, q = n / 2, t = n % 2, g = q / 4, byte = q % 4;
+    return base + 32 * g + 8 * j + 2 * byte + t;  // j = 3: 24 + 2 L + t, the spill coordinates
+  }
+  struct State {
+    __m512i gather[3];      // VPERMI2B indices of the nibble registers (word W0, W1, W2)
+    __m512i nibble_shift;   // VPMULTISHIFTQB: low nibbles of bytes 0..3 into bytes 0..3, high ones into 4..7
+    __m512i spill_ab, spill_cd;  // VPERMI2B indices of the spill bit matrices
+    __m512i spill_select;   // GF2P8AFFINEQB x: bit 3 in bytes 0, 1, bit 7 in bytes 2, 3 of each qword
+    __m512i spill_shift;    // VPMULTISHIFTQB: idx_a, idx_b, idx_c, idx_d of t = 0, then of t = 1
+    __m512i table;          // int8 signed unit of index i % 8
+  };
+  static constexpr int kKeyBytes = 24;  // one key's codes of one step; keys b, d at byte 24 of their register
+  static constexpr int kSecond = 64;    // VPERMI2B index of the second register's byte 0
+  MINIMAKV_AMX_TARGET static State MakeState() {
+    constexpr int kWordBytes = 4, kGroupBytes = 12;
+    const int key_base[4] = {0, kKeyBytes, kSecond, kSecond + kKeyBytes};
+    alignas(64) uint8_t gather[3][64] = {};
+    alignas(64) uint8_t nibble[64], ab[64] = {}, cd[64] = {}, select[64] = {}, spill[64];
+    alignas(64) int8_t table[64];
+    for (int q = 0; q < 8; ++q) {
+      const int group = q / 4, byte = q % 4;
+      for (int w = 0; w < 3; ++w) {
+        for (int k = 0; k < 4; ++k) gather[w][8 * q + k] = uint8_t(key_base[k] + kGroupBytes * group + kWordBytes * w + byte);
+      }
+      for (int k = 0; k < 4; ++k) {
+        nibble[8 * q + k] = uint8_t(8 * k);          // low nibble of key k's byte
+        nibble[8 * q + 4 + k] = uint8_t(8 * k + 4);  // its high nibble
+      }
+      // Matrix rows 7, 6, 5 (result bits 0, 1, 2): W0, W1, W2 of the first key; rows 4, 3, 2: of the second.
+      for (int w = 0; w < 3; ++w) {
+        const int offset = kGroupBytes * group + kWordBytes * w + byte;
+        ab[8 * q + 7 - w] = uint8_t(key_base[0] + offset);
+        ab[8 * q + 4 - w] = uint8_t(key_base[1] + offset);
+        cd[8 * q + 7 - w] = uint8_t(key_base[2] + offset);
+        cd[8 * q + 4 - w] = uint8_t(key_base[3] + offset);
+      }
+      constexpr int kSpillBitLow = 0x08, kSpillBitHigh = 0x80;  // bit 3 (t = 0), bit 7 (t = 1) of byte L
+      select[8 * q + 0] = select[8 * q + 1] = kSpillBitLow;
+      select[8 * q + 2] = select[8 * q + 3] = kSpillBitHigh;
+      // Byte 0 = ab(t 0), 1 = cd(t 0), 2 = ab(t 1), 3 = cd(t 1); the second key of a pair sits 3 bits up.
+      const int at[8] = {0, 3, 8, 11, 16, 19, 24, 27};
+      for (int k = 0; k < 8; ++k) spill[8 * q + k] = uint8_t(at[k]);
+    }
+    for (int i = 0; i < 64; ++i) {
+      const int index = i % kTq3Indices;
+      const int unit = int(kTq3MagnitudeUnits[index & 3]);
+      table[i] = int8_t((index & 4) ? -unit : unit);
+    }
+    State s;
+    for (int w = 0; w < 3; ++w) s.gather[w] = _mm512_load_si512(gather[w]);
+    s.nibble_shift = _mm512_load_si512(nibble);
+    s.spill_ab = _mm512_load_si512(ab);
+    s.spill_cd = _mm512_load_si512(cd);
+    s.spill_select = _mm512_load_si512(select);
+    s.spill_shift = _mm512_load_si512(spill);
+    s.table = _mm512_load_si512(table);
+    return s;
+  }
+  // Keys 4 kq .. 4 kq + 3 of a block (those at or past n are not read: their units are garbage, their weight
+  // digits zero) for step `step`: u[j] = B-tile row kq of chunk j.
+  MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* values, size_t value_bytes, int n, int kq,
+                                         int step, __m512i (&u)[kRegisters]) {
+    constexpr __mmask64 kFirst = (__mmask64(1) << kKeyBytes) - 1;
+    constexpr __mmask64 kSecondKey = kFirst << kKeyBytes;
+    const int key = 4 * kq;
+    const uint8_t* at = values + size_t(key) * value_bytes + size_t(kKeyBytes) * size_t(step);
+    // The second key of a register is loaded to byte 24: from its address - 24 >= the first key's address.
+    __m512i r0 = _mm512_maskz_loadu_epi8(kFirst, at);
+    if (key + 1 < n) r0 = _mm512_mask_loadu_epi8(r0, kSecondKey, at + value_bytes - kKeyBytes);
+    __m512i r1 = _mm512_setzero_si512();
+    if (key + 2 < n) r1 = _mm512_maskz_loadu_epi8(kFirst, at + 2 * value_bytes);
+    if (key + 3 < n) r1 = _mm512_mask_loadu_epi8(r1, kSecondKey, at + 3 * value_bytes - kKeyBytes);
+    for (int w = 0; w < 3; ++w) {
+      const __m512i bytes = _mm512_permutex2var_epi8(r0, s.gather[w], r1);
+      u[w] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(s.nibble_shift, bytes), s.table);
+    }
+    constexpr __mmask64 kCdBytes = 0x0A0A0A0A0A0A0A0Aull;  // bytes 1 and 3 of each qword
+    const __m512i ab = _mm512_gf2p8affine_epi64_epi8(s.spill_select, _mm512_permutex2var_epi8(r0, s.spill_ab, r1), 0);
+    const __m512i pairs =
+        _mm512_mask_gf2p8affine_epi64_epi8(ab, kCdBytes, s.spill_select, _mm512_permutex2var_epi8(r0, s.spill_cd, r1), 0);
+    u[3] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(s.spill_shift, pairs), s.table);
+  }
+};
 
 // Online-softmax update for one block with the weights as fixed-point digits in ws.w_digits (see above); the
 // rescale of the running sums and accumulators as SoftmaxToWeightTiles.
@@ -921,25 +1017,6 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightDigits(int n, int head_dim, WorkspaceFor
   }
 }
 
-// The B-tile rows of key quad kq for one step: keys 4 kq .. 4 kq + 3 expanded to int8 units (zero at or past n)
-// and interleaved by two rounds of unpacks, so u[j] dword n holds the four keys' unit at expansion position
-// 16 (n / 4) + 4 j + n % 4 (see Int8ValueExpansionPosition).
-MINIMAKV_AMX_TARGET inline void ExpandValueQuad(const Tq3Int8Amx::State& state, const uint8_t* values,
-                                                size_t value_bytes, int n, int kq, int step,
-                                                __m512i (&u)[kValueChunks]) {
-  __m512i x[4];
-  for (int i = 0; i < 4; ++i) {
-    const int key = 4 * kq + i;
-    x[i] = key < n ? Tq3Int8Amx::Expand(state, values + size_t(key) * value_bytes, step) : _mm512_setzero_si512();
-  }
-  const __m512i ab_low = _mm512_unpacklo_epi8(x[0], x[1]), ab_high = _mm512_unpackhi_epi8(x[0], x[1]);
-  const __m512i cd_low = _mm512_unpacklo_epi8(x[2], x[3]), cd_high = _mm512_unpackhi_epi8(x[2], x[3]);
-  u[0] = _mm512_unpacklo_epi16(ab_low, cd_low);
-  u[1] = _mm512_unpackhi_epi16(ab_low, cd_low);
-  u[2] = _mm512_unpacklo_epi16(ab_high, cd_high);
-  u[3] = _mm512_unpackhi_epi16(ab_high, cd_high);
-}
-
 // acc[r][position .. + 15] += row r's digit sums of one chunk times its fixed-point unit: C rows p * R + r in C
 // tile tile_of(row block), row (p * R + r) % 16, int32 bits in ws.c_tiles.
 template <int ROWS, typename TileOf>
@@ -962,7 +1039,7 @@ MINIMAKV_AMX_TARGET inline void AddWeightDigits(WorkspaceFor<ROWS>& ws, int posi
 // four chunks' B tiles (the next block's keys prefetched during the first step, spread over the quads), then
 // one TDPBUSD per chunk and row block: A = the weight digits (loaded once per block), C in tiles 0-3.
 template <int ROWS>
-MINIMAKV_AMX_TARGET void ValueBlockInt8(const Tq3Int8Amx::State& state, const uint8_t* values, size_t value_bytes,
+MINIMAKV_AMX_TARGET void ValueBlockInt8(const Tq3QuadAmx::State& quad_state, const uint8_t* values, size_t value_bytes,
                                         int n, int head_dim, const uint8_t* next_keys, size_t next_key_bytes,
                                         WorkspaceFor<ROWS>& ws) {
   constexpr int kRowBlocks = (kQueryParts * ROWS + kTileRows - 1) / kTileRows;
@@ -987,7 +1064,7 @@ MINIMAKV_AMX_TARGET void ValueBlockInt8(const Tq3Int8Amx::State& state, const ui
         PrefetchL2(next_keys + ahead, std::min(4 * value_bytes, next_key_bytes - ahead));
       }
       __m512i u[kValueChunks];
-      ExpandValueQuad(state, values, value_bytes, n, kq, step, u);
+      Tq3QuadAmx::Expand(quad_state, values, value_bytes, n, kq, step, u);
       for (int j = 0; j < kValueChunks; ++j) _mm512_store_si512(ws.v_quads[j][kq], u[j]);
     }
     // Quads past n keep stale units: their weight digits are zero, and int8 products have no NaN.
@@ -1127,6 +1204,8 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   const typename Codec::State state = MakeCodecState<Codec>();
   Tq3Int8Amx::State int8_state{};
   if constexpr (kInt8Scores) int8_state = Tq3Int8Amx::MakeState();
+  Tq3QuadAmx::State quad_state{};
+  if constexpr (kInt8Values) quad_state = Tq3QuadAmx::MakeState();
   constexpr bool kHasScales = Codec::kFormat != KvFormat::kBf16;
   const size_t code_bytes = layout.code_bytes();
   // 2. Blocks of keys, page by page (kernels/cpu/key_blocks.h; it prefetches the next block's scales).
@@ -1141,7 +1220,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
                                          code_bytes, values, b.n, d, ws);
     if constexpr (kInt8Values) {
       SoftmaxToWeightDigits<ROWS>(b.n, d, ws);
-      ValueBlockInt8<ROWS>(int8_state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
+      ValueBlockInt8<ROWS>(quad_state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
     } else {
       SoftmaxToWeightTiles<ROWS>(b.n, d, kHasScales, ws);
       ValueBlock<Codec, ROWS>(state, values, code_bytes, b.n, d, b.next_keys, size_t(b.next_n) * code_bytes, ws);
@@ -1153,7 +1232,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
     const float inv_sum = 1.0f / ws.running_sum[r];
     float* out = Codec::kFormat == KvFormat::kTq3 ? rotated : task.out_rows[r];
     for (int e = 0; e < d; ++e) {
-      const int coordinate = kInt8Values ? Tq3Int8Amx::Coordinate(Int8ValueExpansionPosition(e))
+      const int coordinate = kInt8Values ? Tq3QuadAmx::Coordinate(e)
                                          : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
       out[coordinate] = ws.acc[r][e] * inv_sum;
     }
