@@ -3,7 +3,7 @@
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-//   [--timeline N]
+//   [--timeline N] [--tq3-ctas auto|narrow|wide]
 // --timeline N (v19; needs a build with -DMINIMAKV_CUDA_TIMELINE=1): after each timed point, N more steps with the
 // kernels' per-CTA %globaltimer probes read back, and a breakdown of the step printed (medians over the N steps; all
 // times relative to the end of the L2 flush kernel, which the start event follows): flush end -> first partial CTA,
@@ -298,6 +298,7 @@ int main(int argc, char** argv) {
   bool skip_convert = false;
   bool flush_by_memset = false;
   int timeline_steps = 0;
+  CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;  // v23: the plan's TQ3 CTA shape (A/B in one binary)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -312,6 +313,16 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--timeline") && i + 1 < argc) timeline_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_by_memset = !std::strcmp(argv[++i], "memset");
+    else if (!std::strcmp(argv[i], "--tq3-ctas") && i + 1 < argc) {
+      const char* value = argv[++i];
+      if (!std::strcmp(value, "narrow")) tq3_ctas = CudaTq3Ctas::kNarrow;
+      else if (!std::strcmp(value, "wide")) tq3_ctas = CudaTq3Ctas::kWide;
+      else if (!std::strcmp(value, "auto")) tq3_ctas = CudaTq3Ctas::kAuto;
+      else {
+        std::fprintf(stderr, "--tq3-ctas takes auto, narrow or wide, not \"%s\"\n", value);
+        return 2;
+      }
+    }
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -453,7 +464,7 @@ int main(int argc, char** argv) {
                                     {"mix", {{&fp8, &mix_fp8}, {&tq3, &mix_tq3}}}};
         for (const Variant& variant : variants) {
           CudaDecodeShape dshape{batch, shape.num_q_heads, shape.kv_heads, shape.head_dim,
-                                 1.0f / std::sqrt(float(shape.head_dim)), 42};
+                                 1.0f / std::sqrt(float(shape.head_dim)), 42, tq3_ctas};
           std::vector<CudaViewLengths> lengths;
           std::vector<PagedKvView> views;
           size_t kv_bytes = 0;

@@ -44,6 +44,11 @@ namespace minimakv {
 inline constexpr int kCudaMaxViews = 3;        // one per KvFormat
 inline constexpr int kCudaKeyTileTokens = 16;  // keys per MMA tile; page_tokens must be a multiple
 
+// CTA shape of the TQ3 partial kernel where both exist (head_dim 128, groups <= 8; docs/cuda-notes.md v23): narrow
+// CTAs of 4 warps, several per SM, or one wide CTA per SM with all their warps. kAuto lets the plan choose (wide for
+// many (sequence, KV head) rows, where it measured faster); the others force one (tests, A/B).
+enum class CudaTq3Ctas { kAuto, kNarrow, kWide };
+
 struct CudaDecodeShape {
   int num_seqs = 0;
   int num_q_heads = 0;
@@ -51,6 +56,7 @@ struct CudaDecodeShape {
   int head_dim = 0;
   float sm_scale = 0.0f;               // softmax scale, usually 1/sqrt(head_dim)
   uint64_t rotation_seed = 0;          // HadamardRotation seed of the TQ3 pages (ignored without a TQ3 view)
+  CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;
 };
 
 // Host copies of one view's lengths (the same arrays as the device PagedKvView), for planning only.
@@ -93,6 +99,8 @@ class CudaDecodePlan {
   int head_ctas(int v) const { return head_ctas_[v]; }
   // Query heads per CTA of view v: ceil(group / head_ctas(v)) (the last CTA of a KV head may hold fewer).
   int cta_heads(int v) const { return cta_heads_[v]; }
+  // Whether view v runs the wide TQ3 kernel (one CTA per SM; CudaTq3Ctas).
+  bool wide_ctas(int v) const { return wide_[v]; }
 
  private:
   friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
@@ -114,6 +122,7 @@ class CudaDecodePlan {
   int total_items_ = 0;
   int head_ctas_[kCudaMaxViews] = {};
   int cta_heads_[kCudaMaxViews] = {};
+  bool wide_[kCudaMaxViews] = {};
   size_t workspace_bytes_ = 0;
   std::vector<uint8_t> host_meta_;                  // what Upload copies
 };

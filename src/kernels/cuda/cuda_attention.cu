@@ -1,7 +1,8 @@
 // Paged decode attention on the GPU: plan, per-format partial kernels, merge. See cuda_attention.h.
 //
 // Partial kernel (one CTA = 4 warps = one work item x up to 8 query heads of one KV head, v17: up to 16 as two MMA
-// head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128). BF16
+// head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128; v23: TQ3 at head_dim 128 as one
+// 16-warp CTA per SM, MINIMAKV_TQ3_WIDE). BF16
 // (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
 // m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
@@ -480,7 +481,7 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
 // (stride = 16 mod 64). TQ3 rows (96 / 48 bytes) are left unpadded (few, 4-byte reads).
 // kHeadTiles (v17): 8-head MMA tiles per CTA (1, or 2 for the transposed kernel's one-read groups of 9-16): the query
 // fragments and the combine rows double; 1 gives the v16 layout exactly.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 struct TileLayout {
   static constexpr int kTile = kCudaKeyTileTokens;
   // 16-key row blocks per staged tile (TQ3 pairs, v11: 2, rows of block h at h * kTile; other formats 1).
@@ -506,13 +507,13 @@ struct TileLayout {
                                                           : kTq3PairStagesD128;
   static constexpr int kWarpStagesBytes = kStages * kStageBytes;
   static constexpr int kQFragBytes = kHeadTiles * (kHeadDim / 16) * kWarpSize * 16;
-  static constexpr int kCombineBytes = kDecodeWarps * kMaxGroup * kHeadTiles * (CombineRowWords<kHeadDim>() + 2) * 4;
-  static constexpr int kStagesBytes = kDecodeWarps * kWarpStagesBytes;
-  static constexpr int kSmemBytes = kQFragBytes + (kStagesBytes > kCombineBytes ? kStagesBytes : kCombineBytes);
+  // Shared memory: the query fragments, then per warp its stages, reused as its combine rows after the loop.
+  static constexpr int kWarpCombineBytes = kMaxGroup * kHeadTiles * (CombineRowWords<kHeadDim>() + 2) * 4;
+  static constexpr int kPerWarpBytes = kWarpStagesBytes > kWarpCombineBytes ? kWarpStagesBytes : kWarpCombineBytes;
   // CTAs per SM for __launch_bounds__: what shared memory allows (220 KB usable), at most 2 for d = 256 (its
   // 64 output accumulators need the registers; kTq3CtasD256 for TQ3, whose staged tiles are small) and 4 for
   // d = 128 (kTq3CtasD128 for TQ3).
-  static constexpr int kSmemCtas = (220 * 1024) / kSmemBytes;
+  static constexpr int kSmemCtas = (220 * 1024) / (kQFragBytes + kDecodeWarps * kPerWarpBytes);
   // (v7 ran TQ3 d = 128 at 6 CTAs with 80 registers; the pipelined v8 kernel needs ~115, so 4.)
   // v17: two head tiles double the output accumulators (and the score / softmax state): k*TwoTileCtas*.
   static constexpr int kCtaCap =
@@ -522,7 +523,15 @@ struct TileLayout {
                                                      : kTq3TwoTileCtasD64)
       : kHeadDim == 256 ? (kFormat == KvFormat::kTq3 ? kTq3CtasD256 : 2)
                         : (kFormat == KvFormat::kTq3 ? kTq3CtasD128 : 4);
-  static constexpr int kCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
+  static constexpr int kNarrowCtasPerSm = kSmemCtas < 1 ? 1 : kSmemCtas > kCtaCap ? kCtaCap : kSmemCtas;
+  // v23, kWideCta (HasWideTq3, CudaTq3Ctas): one TQ3 CTA per SM with the warps of kNarrowCtasPerSm narrow ones
+  // (same registers per thread and shared memory per warp, one set of query fragments instead of several).
+  static_assert(!kWideCta || (kFormat == KvFormat::kTq3 && kHeadTiles == 1), "wide CTAs: TQ3, one head tile");
+  static constexpr int kWarps = kWideCta ? kDecodeWarps * kNarrowCtasPerSm : kDecodeWarps;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kCtasPerSm = kWideCta ? 1 : kNarrowCtasPerSm;
+  static constexpr int kSmemBytes = kQFragBytes + kWarps * kPerWarpBytes;
+  static_assert(kThreads <= 1024, "a CTA holds at most 1024 threads");
 };
 
 __device__ inline void CpAsync16(void* smem_dst, const void* global_src) {
@@ -588,35 +597,36 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // d + d / 32 with kPadded, else d), running max and sum [warps][kMaxGroup]) merged into one partial state per query
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
 // kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
-template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup>
+template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup,
+          int kWarps = kDecodeWarps>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
   for (int h = 0; h < heads.rows; ++h) {
     float max_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kWarpRows + h]);
-    float weight[kDecodeWarps];
+    for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kWarpRows + h]);
+    float weight[kWarps];
     float lse = -INFINITY;
     if (max_all != -INFINITY) {
       float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         weight[w] = exp2f(warp_max[w * kWarpRows + h] - max_all);
         sum += warp_sum[w * kWarpRows + h] * weight[w];
       }
       const float inv_sum = 1.0f / sum;
 #pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) weight[w] *= inv_sum;
+      for (int w = 0; w < kWarps; ++w) weight[w] *= inv_sum;
       lse = max_all + log2f(sum);
     } else {
 #pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) weight[w] = 0.0f;
+      for (int w = 0; w < kWarps; ++w) weight[w] = 0.0f;
     }
-    for (int dim = threadIdx.x; dim < kHeadDim; dim += kDecodeThreads) {
+    for (int dim = threadIdx.x; dim < kHeadDim; dim += kWarps * kWarpSize) {
       float out = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         out += warp_out[(w * kWarpRows + h) * kRowWords + dim + (kPadded ? dim / 32 : 0)] * weight[w];
       }
       p.part_out[(state_base + h) * kHeadDim + dim] = out;
@@ -1132,7 +1142,7 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
 // of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
 // coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
 // v17: kHeadTiles 8-head tiles: rows 8 tile + g, fragments [tile][k-step][lane] (q_frag0 likewise).
-template <int kHeadDim, int kHeadTiles = 1>
+template <int kHeadDim, int kHeadTiles = 1, int kWarps = kDecodeWarps>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
   const int lane = threadIdx.x % kWarpSize;
@@ -1142,7 +1152,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   };
   // Row r of the group, rotated, at q_rows + r kHeadDim.
   auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
-  for (int row = warp; row < kMaxGroup * kHeadTiles; row += kDecodeWarps) {
+  for (int row = warp; row < kMaxGroup * kHeadTiles; row += kWarps) {
     float amax = 0.0f;
     if (row < heads.rows) {
       // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
@@ -1172,7 +1182,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaW
   }
   __syncthreads();
   constexpr int kSteps = kHeadDim / 32;
-  for (int e = threadIdx.x; e < kHeadTiles * kSteps * kWarpSize; e += kDecodeThreads) {
+  for (int e = threadIdx.x; e < kHeadTiles * kSteps * kWarpSize; e += kWarps * kWarpSize) {
     const int tile = kHeadTiles == 1 ? 0 : e / (kSteps * kWarpSize);
     const int kstep = e / kWarpSize - tile * kSteps;
     const int ln = e % kWarpSize;
@@ -1411,10 +1421,12 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
 // kHeadTiles (v17): 8-head MMA tiles of the CTA's query rows (1, or 2 for query groups of 9-16 read once): the key /
 // value expansion (the A operands) is shared, the score and value MMAs run once per tile against its B operand (query
 // fragments, P^T), with per-tile accumulators, softmax state and combine rows. kHeadTiles = 1 is the v16 kernel.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles>
-__global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim, kHeadTiles>::kCtasPerSm))
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta = false>
+__global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kThreads,
+                                  (TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kCtasPerSm))
     DecodePartialTransposedKernel(DecodeParams p) {
-  using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
+  constexpr int kWarps = L::kWarps;  // 4, or all the SM's warps in a wide TQ3 CTA (v23)
   constexpr int kRows = kMaxGroup * kHeadTiles;  // query rows of the CTA (rows >= heads.rows are zero queries)
   // TQ3 software pipelining (v8): the value phase of a warp's previous unit runs after the score phase of its current
   // unit (independent instruction streams the scheduler can interleave); the copy into the freed stage is issued last.
@@ -1474,7 +1486,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   auto k_rows_of = [&](int stage) { return my_stages + stage * L::kStageBytes; };  // K rows at kKOffset = 0
   auto v_rows_of = [&](int stage) { return my_stages + L::kVOffset + stage * L::kStageBytes; };
 
-  // A warp's tiles are warp, warp + 4, ...; tile -> (page of the item, tile in that page) by a multiply-high with
+  // A warp's tiles are warp, warp + kWarps, ...; tile -> (page of the item, tile in that page) by a multiply-high with
   // ceil(2^32 / tiles_per_page), exact while tile * tiles_per_page < 2^32 (tiles < 2^20, tiles_per_page <= 4096).
   const uint32_t page_magic = 0xFFFFFFFFu / uint32_t(tiles_per_page) + 1u;
   auto page_of = [&](int tile) { return tiles_per_page == 1 ? tile : int(__umulhi(uint32_t(tile), page_magic)); };
@@ -1511,7 +1523,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
       IssueTile<kFormat, kHeadDim>(my_stages + stage * L::kStageBytes, page, p.layout, kv_head, tok0, lane);
     }
   };
-  // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + 4, ...
+  // The loop walks units of kSub 16-key tiles (tiles unit * kSub + sub); a warp's units are warp, warp + kWarps, ...
   const int num_units = kSub == 1 ? num_tiles : (num_tiles + kSub - 1) / kSub;
   int issue_tile = warp;  // the next unit to copy
   const int32_t* item_page_ids = p.page_ids + item.page_begin;
@@ -1527,15 +1539,15 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
       ids[sub] = tile < num_tiles && !(sub > 0 && pair_in_page) ? item_page_ids[page_of(tile)] : 0;
     }
   };
-  // v12 regular pair copies: with tiles_per_page in {2, 4, 8} (dividing the 8 tiles a warp advances
-  // per unit) a warp's unit u = warp + 4 j starts at tile 2 warp mod tiles_per_page of its page in every iteration,
+  // v12 regular pair copies: with tiles_per_page dividing the kSub * kWarps tiles a warp advances per unit (8 with
+  // 4 warps, 32 wide), a warp's unit u = warp + kWarps j starts at tile 2 warp mod tiles_per_page of its page in every iteration,
   // and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows (kUnitChunks
   // 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
   // computed here once; a unit's copies cost one page base and a few adds.
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   // (v16: head_dim 64's 48-chunk runs are no whole rounds of the warp: always the per-tile copies.)
   const bool regular_units = kFormat == KvFormat::kTq3 && kUnitChunks % kWarpSize == 0 && pair_in_page &&
-                             (kSub * kDecodeWarps) % tiles_per_page == 0;
+                             (kSub * kWarps) % tiles_per_page == 0;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
   const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
   constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;  // per run: 4 (pairs)
@@ -1575,12 +1587,12 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     unit_page_ids(issue_tile, ids);
     issue_unit(s, ids, issue_tile);
     CpAsyncCommit();
-    issue_tile += kDecodeWarps;
+    issue_tile += kWarps;
   }
   // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
-    BuildTq3DigitFragments<kHeadDim, kHeadTiles>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
+    BuildTq3DigitFragments<kHeadDim, kHeadTiles, kWarps>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
   } else {
     BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
   }
@@ -1620,9 +1632,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
 
   // The page id of the next tile to copy is loaded one iteration early (its latency off the critical path).
-  // Regular units: the page index of a warp's next unit advances by a constant (kSub * kDecodeWarps / tiles_per_page
+  // Regular units: the page index of a warp's next unit advances by a constant (kSub * kWarps / tiles_per_page
   // pages per iteration), so the prefetch is one guarded load (v12; else page_of with a multiply-high per tile).
-  const int page_step = regular_units ? kSub * kDecodeWarps / tiles_per_page : 0;
+  const int page_step = regular_units ? kSub * kWarps / tiles_per_page : 0;
   int next_page_index = regular_units ? kSub * issue_tile / tiles_per_page : 0;
   auto prefetch_page_ids = [&](int unit, int (&ids)[kSub]) {
     if (regular_units) {  // warp-uniform
@@ -1641,7 +1653,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   auto issue_next = [&]() {  // unit issue_tile into the stage freed by this iteration
     issue_unit(write_stage, next_page_id, issue_tile);
     CpAsyncCommit();
-    issue_tile += kDecodeWarps;
+    issue_tile += kWarps;
     next_page_index += page_step;
     prefetch_page_ids(issue_tile, next_page_id);
     write_stage = write_stage + 1 == L::kStages ? 0 : write_stage + 1;
@@ -1668,7 +1680,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
       return TilePFrags{prev_pb0[sub], prev_pb1[sub], 0u, 0u};
     }
   };
-  for (int unit = warp; unit < num_units; unit += kDecodeWarps) {
+  for (int unit = warp; unit < num_units; unit += kWarps) {
     if constexpr (!kPipeline) issue_next();
     // Pipelined: units up to this one + kStages - 2 are committed (the last copy was issued at the end of the
     // previous iteration), so kStages - 2 groups may stay pending.
@@ -2022,13 +2034,13 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
   CpAsyncWait<0>();
 
-  // ---- combine the 4 warps. The combine area reuses the stage buffers: wait until every warp is done with them.
+  // ---- combine the kWarps warps. The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), loop_end_ns);
   constexpr int kRowWords = CombineRowWords<kHeadDim>();
   float* warp_out = reinterpret_cast<float*>(stages_base);        // [warps][kRows] rows of kRowWords
-  float* warp_max = warp_out + kDecodeWarps * kRows * kRowWords;  // [warps][kRows]
-  float* warp_sum = warp_max + kDecodeWarps * kRows;              // [warps][kRows]
+  float* warp_max = warp_out + kWarps * kRows * kRowWords;  // [warps][kRows]
+  float* warp_sum = warp_max + kWarps * kRows;              // [warps][kRows]
 #pragma unroll
   for (int ht = 0; ht < kHeadTiles; ++ht) {
 #pragma unroll
@@ -2060,7 +2072,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   }
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
-  WritePartialStates<kHeadDim, kRowWords, true, kRows>(p, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true, kRows, kWarps>(p, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
 }
@@ -2433,49 +2445,72 @@ constexpr bool HasTwoHeadTiles(KvFormat format, int head_dim) {
 constexpr int MaxCtaHeads(KvFormat format, int head_dim) {
   return HasTwoHeadTiles(format, head_dim) ? 2 * kMaxGroup : kMaxGroup;
 }
+// v23: the TQ3 kernel also exists as one wide CTA per SM (all the warps of the narrow CTAs an SM holds, units dealt
+// round-robin to them) at head_dim 128 with one head tile. Narrow co-resident TQ3 CTAs run their key loops at very
+// different speeds (v22), a wide one keeps all its warps busy to the end; narrow CTAs split the grid finer and free
+// SMs early for the step's other formats. Same-run A/B (docs/cuda-notes.md v23, Llama-3-8B layer, 5 rounds): wide
+// TQ3 / mix at batch 8 and 32 2.0-7.4% / 0.3-5.1% faster; at batch 1 TQ3 up to 2.4% and the mix 3.4-19.6% slower
+// (its FP8 CTAs wait for the wide TQ3 CTAs instead of filling early-freed slots). Qwen's d = 256 kernel (8 warps per
+// SM either way) gained nothing at batch 8 (within 0.6%; mix up to 2.1% slower) and stays narrow.
+constexpr bool HasWideTq3(KvFormat format, int head_dim, int cta_heads) {
+  return format == KvFormat::kTq3 && head_dim == 128 && cta_heads <= kMaxGroup;
+}
+// CudaTq3Ctas::kAuto: wide when the view has at least a quarter as many (sequence, KV head) rows as the device has
+// SMs (measured: 64 rows on 132 SMs faster, 8 rows slower); with fewer rows each row is split over many CTAs, which
+// the finer narrow grid packs better.
+constexpr int kWideTq3MinRowsPerSm4 = 1;  // rows * 4 >= sm_count * this
+bool UseWideTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int cta_heads, int64_t rows, int sm_count) {
+  if (!HasWideTq3(format, head_dim, cta_heads) || choice == CudaTq3Ctas::kNarrow) return false;
+  return choice == CudaTq3Ctas::kWide || rows * 4 >= int64_t(sm_count) * kWideTq3MinRowsPerSm4;
+}
 
 // The partial kernel of a format: TQ3 and FP8 (v8) run the transposed kernel, BF16 DecodePartialKernel.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 constexpr auto PartialKernel() {
   if constexpr (kFormat != KvFormat::kBf16) {
-    return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles>;
+    return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>;
   } else {
     return DecodePartialKernel<kFormat, kHeadDim, kHeadTiles>;
   }
 }
 
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 cudaError_t PreparePartial() {
   static const cudaError_t status =
-      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           TileLayout<kFormat, kHeadDim, kHeadTiles>::kSmemBytes);
+      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kSmemBytes);
   return status;
 }
 
 // Resident CTAs per SM of a partial kernel (the split fills whole waves of these).
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 Status PartialOccupancy(int* ctas_per_sm) {
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
   MINIMAKV_RETURN_IF_ERROR(
-      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
+      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
   return CudaError(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, PartialKernel<kFormat, kHeadDim, kHeadTiles>(),
-                                                    kDecodeThreads,
-                                                    TileLayout<kFormat, kHeadDim, kHeadTiles>::kSmemBytes),
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          ctas_per_sm, PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(), L::kThreads, L::kSmemBytes),
       "occupancy query");
 }
 // The one runtime -> template dispatch of the partial kernels (occupancy in the plan, launches in the run):
 // calls fn.template operator()<format, head_dim, head tiles>() for the kernel that serves CTAs of cta_heads query
 // heads (> kMaxGroup: the two-tile kernel, which exists for BF16 at every head_dim and FP8 / TQ3 at 64 / 128).
 template <typename Fn>
-Status WithPartialKernel(KvFormat format, int head_dim, int cta_heads, Fn&& fn) {
+Status WithPartialKernel(KvFormat format, int head_dim, int cta_heads, bool wide, Fn&& fn) {
   const bool two = cta_heads > kMaxGroup;
+  if (wide && !HasWideTq3(format, head_dim, cta_heads)) return Status::Internal("no wide kernel for this view");
   auto for_dim = [&]<int kHeadDim>() -> Status {
     auto for_format = [&]<KvFormat kFormat>() -> Status {
       if constexpr (kFormat == KvFormat::kBf16 || kHeadDim <= 128) {
-        if (two) return fn.template operator()<kFormat, kHeadDim, 2>();
+        if (two) return fn.template operator()<kFormat, kHeadDim, 2, false>();
       }
       if (two) return Status::Internal("no two-head-tile kernel for this format / head_dim");
-      return fn.template operator()<kFormat, kHeadDim, 1>();
+      if constexpr (HasWideTq3(kFormat, kHeadDim, kMaxGroup)) {
+        if (wide) return fn.template operator()<kFormat, kHeadDim, 1, true>();
+      }
+      return fn.template operator()<kFormat, kHeadDim, 1, false>();
     };
     switch (format) {
       case KvFormat::kBf16: return for_format.template operator()<KvFormat::kBf16>();
@@ -2509,15 +2544,15 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
-  using L = TileLayout<kFormat, kHeadDim, kHeadTiles>;
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
   MINIMAKV_RETURN_IF_ERROR(
-      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles>(), "partial kernel smem attribute"));
+      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
   // grid y: every head tile of every KV head (CtaHeadTile).
   const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles>(), dim3(unsigned(items), head_ctas),
-                                dim3(kDecodeThreads), L::kSmemBytes, stream, programmatic, params),
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(), dim3(unsigned(items), head_ctas),
+                                dim3(L::kThreads), L::kSmemBytes, stream, programmatic, params),
                    "decode partial kernel launch");
 }
 
@@ -2591,11 +2626,17 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     // Split: chunks of at most chunk_pages pages per sequence; each chunk x KV head is one CTA. Pick chunk_pages
     // minimizing the modeled step time, waves(chunk) * (chunk + per-CTA overhead), waves = ceil(CTAs / resident
     // slots): whole waves, no mostly-empty last wave (a 1.45-wave split costs 27% of the bandwidth).
+    int64_t rows = 0;  // (sequence, KV head) rows with work
+    for (int s = 0; s < shape.num_seqs; ++s) rows += view.page_indptr[s + 1] > view.page_indptr[s] ? 1 : 0;
+    rows *= int64_t(shape.kv_heads) * plan.head_ctas_[v];
+    plan.wide_[v] =
+        UseWideTq3(shape.tq3_ctas, view.format, shape.head_dim, plan.cta_heads_[v], rows, sm_count);
     int ctas_per_sm = 0;
-    MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(view.format, shape.head_dim, plan.cta_heads_[v],
-                                               [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
-                                                 return PartialOccupancy<kFormat, kHeadDim, kHeadTiles>(&ctas_per_sm);
-                                               }));
+    MINIMAKV_RETURN_IF_ERROR(
+        WithPartialKernel(view.format, shape.head_dim, plan.cta_heads_[v], plan.wide_[v],
+                          [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta>() {
+                            return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta>(&ctas_per_sm);
+                          }));
     const int64_t slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
     int64_t max_seq_pages = 1;
     for (int s = 0; s < shape.num_seqs; ++s) {
@@ -2747,9 +2788,10 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
 #endif
     // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
     MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
-        layout.format, shape.head_dim, params.tile_heads, [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles>() {
-          return LaunchPartial<kFormat, kHeadDim, kHeadTiles>(params, plan.item_count_[v], shape.kv_heads, stream,
-                                                              programmatic);
+        layout.format, shape.head_dim, params.tile_heads, plan.wide_[v],
+        [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta>() {
+          return LaunchPartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(params, plan.item_count_[v], shape.kv_heads,
+                                                                        stream, programmatic);
         }));
     programmatic = true;
   }
