@@ -1,8 +1,8 @@
 // Paged decode attention on the GPU: plan, per-format partial kernels, merge. See cuda_attention.h.
 //
 // Partial kernel (one CTA = 4 warps = one work item x up to 8 query heads of one KV head, v17: up to 16 as two MMA
-// head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128; v23: TQ3 at head_dim 128 as one
-// 16-warp CTA per SM, MINIMAKV_TQ3_WIDE). BF16
+// head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128; v23: TQ3 at head_dim 128 also
+// as one 16-warp CTA per SM, the plan's choice, CudaTq3Ctas). BF16
 // (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
 // m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
@@ -1540,9 +1540,9 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     }
   };
   // v12 regular pair copies: with tiles_per_page dividing the kSub * kWarps tiles a warp advances per unit (8 with
-  // 4 warps, 32 wide), a warp's unit u = warp + kWarps j starts at tile 2 warp mod tiles_per_page of its page in every iteration,
-  // and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows (kUnitChunks
-  // 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
+  // 4 warps, 32 wide), a warp's unit u = warp + kWarps j starts at tile 2 warp mod tiles_per_page of its page in
+  // every iteration, and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows
+  // (kUnitChunks 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
   // computed here once; a unit's copies cost one page base and a few adds.
   constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
   // (v16: head_dim 64's 48-chunk runs are no whole rounds of the warp: always the per-tile copies.)
@@ -2455,13 +2455,13 @@ constexpr int MaxCtaHeads(KvFormat format, int head_dim) {
 constexpr bool HasWideTq3(KvFormat format, int head_dim, int cta_heads) {
   return format == KvFormat::kTq3 && head_dim == 128 && cta_heads <= kMaxGroup;
 }
-// CudaTq3Ctas::kAuto: wide when the view has at least a quarter as many (sequence, KV head) rows as the device has
-// SMs (measured: 64 rows on 132 SMs faster, 8 rows slower); with fewer rows each row is split over many CTAs, which
-// the finer narrow grid packs better.
-constexpr int kWideTq3MinRowsPerSm4 = 1;  // rows * 4 >= sm_count * this
+// CudaTq3Ctas::kAuto: wide when the view's (sequence, KV head) rows leave at most kWideTq3MaxSmsPerRow SMs per row
+// (measured: 64 rows on 132 SMs faster, 8 rows slower); a row spread over more SMs is split into many short CTAs,
+// which the finer narrow grid packs better.
+constexpr int kWideTq3MaxSmsPerRow = 4;
 bool UseWideTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int cta_heads, int64_t rows, int sm_count) {
   if (!HasWideTq3(format, head_dim, cta_heads) || choice == CudaTq3Ctas::kNarrow) return false;
-  return choice == CudaTq3Ctas::kWide || rows * 4 >= int64_t(sm_count) * kWideTq3MinRowsPerSm4;
+  return choice == CudaTq3Ctas::kWide || rows * kWideTq3MaxSmsPerRow >= int64_t(sm_count);
 }
 
 // The partial kernel of a format: TQ3 and FP8 (v8) run the transposed kernel, BF16 DecodePartialKernel.
@@ -2551,8 +2551,9 @@ Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaSt
       CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
   // grid y: every head tile of every KV head (CtaHeadTile).
   const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(), dim3(unsigned(items), head_ctas),
-                                dim3(L::kThreads), L::kSmemBytes, stream, programmatic, params),
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(),
+                                dim3(unsigned(items), head_ctas), dim3(L::kThreads), L::kSmemBytes, stream,
+                                programmatic, params),
                    "decode partial kernel launch");
 }
 
