@@ -18,7 +18,11 @@
 //     units are exact int8 too, so the key tiles hold them as int8 (64 coordinates per tile row and TDPBSSD) and
 //     the query is a 24-bit fixed point per row in three int8 digits (kQueryFixedMax): the digit sums are exact
 //     int32, so the score's only errors are the query's fixed-point rounding (6e-8 of max |q| per coordinate)
-//     and two fp32 roundings when the digits are combined. Values as above.
+//     and two fp32 roundings when the digits are combined.
+//   * TQ3 values on AMX-INT8 (AttendAmxTq3Int8Values, the default with int8 scores since session 9): the value
+//     units as int8 B tiles in VNNI quads, the softmax weights a 24-bit fixed point per row and 64-key block in
+//     three unsigned digits (TDPBUSD): the only new error is the weight rounding, at most 3e-8 of the block's
+//     largest weight per key (see kWeightFixedMax).
 //
 // One task (one KV head, R <= 16 query rows: a GQA group of up to 16 heads, or several tokens' groups), per
 // block of <= 64 keys of a page:
