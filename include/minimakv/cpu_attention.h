@@ -32,8 +32,8 @@ enum class CpuKernelFamily : uint8_t {
   kScalar,  // the portable scalar kernels (the reference)
 };
 
-// How the AMX TQ3 kernel computes its scores (the value pass: CpuTq3Values, int8 only with int8 scores). The choice is made in one
-// place, kernels/cpu/cpu_dispatch.cpp; a machine without AMX-INT8 runs kBf16.
+// How the AMX TQ3 kernel computes its scores (its value pass: CpuTq3Values, int8 only with int8 scores). The
+// choice is made in one place, kernels/cpu/cpu_dispatch.cpp; a machine without AMX-INT8 runs kBf16.
 enum class CpuTq3Scores : uint8_t {
   kAuto,  // what measured faster per (task rows, head_dim) (cpu_dispatch.cpp; docs/BENCHMARKS.md section 3)
   kBf16,  // key units as bf16 tiles, the query split into three bf16 parts (TDPBF16PS, 32 coordinates each)
