@@ -121,16 +121,18 @@ Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path
 }
 
 Status BenchIsaOptions(const std::string& isa_entry, CpuAttentionOptions* options) {
-  // "family/i8", "family/bf16": the AMX TQ3 score variant (CpuAttentionOptions::tq3_scores), for A/B runs of the
-  // two in one process.
+  // "family/i8", "family/i8s", "family/bf16": the AMX TQ3 tile variants (CpuAttentionOptions::tq3_scores and
+  // tq3_values), for A/B runs in one process: int8 scores and int8 values (session 9's default), int8 scores with
+  // bf16 values (session 8's), bf16 scores and values.
   std::string isa = isa_entry;
   const size_t slash = isa.find('/');
   if (slash != std::string::npos) {
-    const std::string scores = isa.substr(slash + 1);
-    if (scores != "i8" && scores != "bf16") {
-      return Status::InvalidArgument("isa '" + isa_entry + "': TQ3 scores after '/' must be i8 or bf16");
+    const std::string variant = isa.substr(slash + 1);
+    if (variant != "i8" && variant != "i8s" && variant != "bf16") {
+      return Status::InvalidArgument("isa '" + isa_entry + "': the TQ3 variant after '/' must be i8, i8s or bf16");
     }
-    options->tq3_scores = scores == "i8" ? CpuTq3Scores::kInt8 : CpuTq3Scores::kBf16;
+    options->tq3_scores = variant == "bf16" ? CpuTq3Scores::kBf16 : CpuTq3Scores::kInt8;
+    options->tq3_values = variant == "i8" ? CpuTq3Values::kInt8 : CpuTq3Values::kBf16;
     isa = isa.substr(0, slash);
   }
   // "family:N": at most N query rows per kernel task (CpuAttentionOptions::max_task_rows), e.g. auto:8 for the
@@ -139,7 +141,7 @@ Status BenchIsaOptions(const std::string& isa_entry, CpuAttentionOptions* option
   const std::string family = isa.substr(0, colon);
   if (family != "auto" && family != "amx" && family != "avx512" && family != "scalar") {
     return Status::InvalidArgument("isa '" + isa_entry +
-                                   "' is not one of auto, amx, avx512, scalar (optionally :ROWS, /i8 or /bf16)");
+                                   "' is not one of auto, amx, avx512, scalar (optionally :ROWS, /i8, /i8s or /bf16)");
   }
   options->family = family == "amx"      ? CpuKernelFamily::kAmx
                     : family == "avx512" ? CpuKernelFamily::kAvx512
@@ -185,16 +187,19 @@ std::string PathIsa(const CpuAttentionOptions& options, const DecodeShape& shape
   return "amx+avx512";
 }
 
-// PathIsa, with ":N" when the options limit task rows below the default, and "/i8" or "/bf16" when they name
-// the TQ3 score variant and a TQ3 view of the path runs on AMX (so A/B rows of one family differ).
+// PathIsa, with ":N" when the options limit task rows below the default, and "/i8", "/i8s" or "/bf16" when they
+// name the TQ3 tile variant and a TQ3 view of the path runs on AMX (so A/B rows of one family differ).
 std::string PathIsaLabel(const CpuAttentionOptions& options, const DecodeShape& shape, const std::string& path) {
   std::string isa = PathIsa(options, shape, path);
   if (options.max_task_rows != CpuAttentionOptions{}.max_task_rows) {
     isa.append(":").append(std::to_string(options.max_task_rows));
   }
-  const std::string scores = CpuTq3ScoresFor(options, shape.q_heads / shape.kv_heads, shape.head_dim);
-  if (options.tq3_scores != CpuTq3Scores::kAuto && (path == "tq3" || path == "minima") && !scores.empty()) {
-    isa.append(scores == "int8" ? "/i8" : "/bf16");
+  const int group = shape.q_heads / shape.kv_heads;
+  const std::string scores = CpuTq3ScoresFor(options, group, shape.head_dim);
+  const bool named = options.tq3_scores != CpuTq3Scores::kAuto || options.tq3_values != CpuTq3Values::kAuto;
+  if (named && (path == "tq3" || path == "minima") && !scores.empty()) {
+    const std::string values = CpuTq3ValuesFor(options, group, shape.head_dim);
+    isa.append(scores != "int8" ? "/bf16" : values == "int8" ? "/i8" : "/i8s");
   }
   return isa;
 }
