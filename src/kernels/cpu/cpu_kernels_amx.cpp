@@ -137,6 +137,13 @@ MINIMAKV_AMX_TARGET inline __m512i PackUpperHalves(__m512 a, __m512 b) {
   return _mm512_permutex2var_epi16(_mm512_castps_si512(a), odd_words, _mm512_castps_si512(b));
 }
 
+// row[0 .. head_dim) *= factor (the online softmax's rescale of an output row when its running max rose).
+MINIMAKV_AMX_TARGET inline void RescaleRow(float* row, int head_dim, float factor) {
+  if (factor == 1.0f) return;
+  const __m512 factor_v = _mm512_set1_ps(factor);
+  for (int i = 0; i < head_dim; i += kLanes) _mm512_store_ps(row + i, _mm512_mul_ps(_mm512_load_ps(row + i), factor_v));
+}
+
 // x = hi + mid + lo exactly, each part bf16-representable (truncation keeps every remainder exact).
 MINIMAKV_AMX_TARGET inline void SplitThree(__m512 x, __m512 (&parts)[kQueryParts]) {
   const __m512i upper = _mm512_set1_epi32(int(0xFFFF0000u));
@@ -618,12 +625,7 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scal
       }
     }
     ws.running_sum[r] = ws.running_sum[r] * rescale[r] + _mm512_reduce_add_ps(sum);
-    if (rescale[r] != 1.0f) {
-      const __m512 rescale_v = _mm512_set1_ps(rescale[r]);
-      for (int i = 0; i < head_dim; i += kLanes) {
-        _mm512_store_ps(&ws.acc[r][i], _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][i]), rescale_v));
-      }
-    }
+    RescaleRow(ws.acc[r], head_dim, rescale[r]);
   }
 }
 
@@ -1012,12 +1014,7 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightDigits(int n, int head_dim, WorkspaceFor
     }
     ws.weight_unit[r] = block_weight[r] * (vs_max / float(kWeightFixedMax));
     ws.running_sum[r] = ws.running_sum[r] * rescale[r] + block_weight[r] * _mm512_reduce_add_ps(sum);
-    if (rescale[r] != 1.0f) {
-      const __m512 rescale_v = _mm512_set1_ps(rescale[r]);
-      for (int i = 0; i < head_dim; i += kLanes) {
-        _mm512_store_ps(&ws.acc[r][i], _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][i]), rescale_v));
-      }
-    }
+    RescaleRow(ws.acc[r], head_dim, rescale[r]);
   }
 }
 
