@@ -105,6 +105,11 @@ Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path
     const PageLayout layout{tiers[i].first, shape.kv_heads, shape.head_dim, config.page_tokens};
     MINIMAKV_RETURN_IF_ERROR(BuildSyntheticPool(layout, &bench->rotation_, ranges, source, config.seed + 7 * i, &pool));
     bench->kv_bytes_read_ += ViewPayloadBytes(pool);
+    int64_t tier_tokens = 0;
+    for (const TokenRange& range : tiers[i].second) tier_tokens += range.end_token - range.begin_token;
+    // QK and PV: 2 * head_dim multiply-adds per (query head, token).
+    bench->multiply_adds_by_format_.push_back(
+        {tiers[i].first, 2.0 * double(shape.head_dim) * shape.q_heads * double(tier_tokens) * batch});
     bench->pools_.push_back(std::move(pool));
   }
   for (const SyntheticPool& pool : bench->pools_) bench->views_.push_back(pool.View());
@@ -317,7 +322,6 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
             row.shape = config.shape;
             row.path = paths[i];
             row.isa = PathIsaLabel(isa_options[k], shape, paths[i]);
-            const bool amx = PathIsa(isa_options[k], shape, paths[i]) == "amx" && f.amx_bf16_macs_per_s > 0.0;
             row.context = context;
             row.batch = batch;
             row.threads = threads;
@@ -328,8 +332,15 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
             row.read_gb_per_s = read_median / 1e9;
             row.read_sweeps = sweep ? int(read_bytes_per_s.size()) : 0;
             row.floor_memory_us = row.kv_bytes_read / read_median * 1e6;
-            row.floor_compute_us =
-                cases[i]->multiply_adds() / (amx ? f.amx_bf16_macs_per_s : f.fma_macs_per_s) * 1e6;
+            // Each format's multiply-adds at the peak of the family that runs them (a minima path may run its FP8
+            // part on AVX-512 and its TQ3 part on AMX).
+            row.floor_compute_us = 0.0;
+            for (const auto& [format, macs] : cases[i]->multiply_adds_by_format()) {
+              const bool format_amx = std::string(CpuKernelIsaFor(isa_options[k], format, shape.q_heads / shape.kv_heads,
+                                                                  shape.head_dim)) == "amx" &&
+                                      f.amx_bf16_macs_per_s > 0.0;
+              row.floor_compute_us += macs / (format_amx ? f.amx_bf16_macs_per_s : f.fma_macs_per_s) * 1e6;
+            }
             row.ratio_to_floor =
                 MedianRatioToFloor(wall[index], read_bytes_per_s, row.kv_bytes_read, row.floor_compute_us * 1e-6);
             row.speedup_vs_bf16 = bf16_us / row.us_per_step;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "minimakv/cpu_attention.h"
@@ -46,7 +47,8 @@ struct DecodeBenchConfig {
   // dispatcher's choice per format, GQA group and head_dim: src/kernels/cpu/cpu_dispatch.cpp), "amx", "avx512",
   // "scalar" (every format in that family); each optionally ":N" for at most N query rows per kernel task
   // (CpuAttentionOptions::max_task_rows; "auto:8,auto" times GQA groups above 8 in tasks of 8 against one task),
-  // and optionally "/i8" or "/bf16" for the AMX TQ3 score variant (CpuAttentionOptions::tq3_scores).
+  // and optionally "/i8", "/i8s" or "/bf16" for the AMX TQ3 tile variant (CpuAttentionOptions::tq3_scores and
+  // tq3_values: int8 scores and values, int8 scores with bf16 values, bf16 both).
   std::vector<std::string> isas = {"auto"};
   // Read sweep timed at the end of every round for the memory floor (flush_caches on; RunDecodeBench says why
   // this size).
@@ -103,6 +105,9 @@ class DecodeBenchCase {
   Status Step(ThreadPool& pool, const std::string& isa = "auto");
   double kv_bytes_read() const { return kv_bytes_read_; }
   double multiply_adds() const { return multiply_adds_; }
+  // The multiply-adds of each format's tokens (one entry per view: the minima path has an FP8 and a TQ3 one), so a
+  // compute floor can charge each part at the peak of the kernel family that runs it.
+  const std::vector<std::pair<KvFormat, double>>& multiply_adds_by_format() const { return multiply_adds_by_format_; }
 
  private:
   DecodeBenchCase() = default;
@@ -114,6 +119,7 @@ class DecodeBenchCase {
   std::vector<int32_t> q_indptr_;
   double kv_bytes_read_ = 0.0;
   double multiply_adds_ = 0.0;
+  std::vector<std::pair<KvFormat, double>> multiply_adds_by_format_;
 };
 
 // Reads a buffer twice the last-level cache so data read before is no longer cached.

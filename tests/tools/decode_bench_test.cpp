@@ -65,6 +65,40 @@ TEST(DecodeBench, RowsCarryExactBytesAndConsistentRatios) {
   }
 }
 
+// The minima path's compute floor charges each format's multiply-adds at the peak of the family that runs it: at
+// the Qwen3.6 shape auto runs FP8 on AVX-512 and TQ3 on AMX, so its floor is FP8's share at the FMA peak plus TQ3's
+// at the AMX peak (session 9: before, all of it at the FMA peak, which put that row below its own floor).
+TEST(DecodeBench, MixedFamilyPathChargesEachFormatAtItsPeak) {
+  DecodeBenchConfig config;
+  config.shape = "qwen3.6-27b";
+  config.contexts = {4096};
+  config.threads = {1};
+  config.paths = {"fp8", "tq3", "minima"};
+  config.min_repeats = 1;
+  config.min_seconds = 0.0;
+  config.flush_caches = false;
+  config.floor_buffer_bytes = size_t(16) << 20;
+  std::vector<DecodeBenchRow> rows;
+  const Status status = RunDecodeBench(config, [](const std::string&) {}, &rows);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const DecodeBenchRow* fp8 = nullptr;
+  const DecodeBenchRow* tq3 = nullptr;
+  const DecodeBenchRow* minima = nullptr;
+  for (const DecodeBenchRow& row : rows) {
+    if (row.path == "fp8") fp8 = &row;
+    if (row.path == "tq3") tq3 = &row;
+    if (row.path == "minima") minima = &row;
+  }
+  ASSERT_TRUE(fp8 && tq3 && minima);
+  if (minima->isa != "amx+avx512") GTEST_SKIP() << "minima runs one family here: " << minima->isa;
+  // 4096 tokens: FP8 = anchors 256 + the recent tail from the page boundary at or below 4096 - 1024 (1024 tokens),
+  // TQ3 = the 2816 tokens between; per-token multiply-adds are equal, so the floors scale by token share.
+  const double fp8_share = (256.0 + 1024.0) / 4096.0;
+  EXPECT_NEAR(minima->floor_compute_us, fp8->floor_compute_us * fp8_share + tq3->floor_compute_us * (1.0 - fp8_share),
+              1e-9 * fp8->floor_compute_us);
+  EXPECT_LT(minima->floor_compute_us, fp8->floor_compute_us);
+}
+
 // The ratio to the floor must pair each round's step time with the bandwidth measured in that round. Synthetic
 // rounds in which the bandwidth moves 4x: kv_bytes 1e9 B, bandwidth 10, 5, 20 GB/s gives memory floors 0.1,
 // 0.2, 0.05 s; steps of 2.0, 1.0 and 1.1 times those floors. Per-round ratios {2.0, 1.0, 1.1}: median 1.1.
