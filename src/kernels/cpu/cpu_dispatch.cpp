@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -32,16 +34,24 @@ bool CpuHasAvx512Kernels() {
 #endif
 }
 
+// The value of environment variable `name` among `choices` (name, value); unset or unrecognized: `fallback`.
+template <typename Choice>
+Choice EnvironmentChoice(const char* name, std::initializer_list<std::pair<const char*, Choice>> choices,
+                         Choice fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  for (const auto& [text, choice] : choices) {
+    if (std::strcmp(value, text) == 0) return choice;
+  }
+  return fallback;
+}
+
 // MINIMAKV_CPU_ISA replaces CpuKernelFamily::kAuto for the whole process; unset or unrecognized: kAuto.
 CpuKernelFamily EnvironmentFamily() {
-  static const CpuKernelFamily family = [] {
-    const char* value = std::getenv("MINIMAKV_CPU_ISA");
-    if (value == nullptr) return CpuKernelFamily::kAuto;
-    if (std::strcmp(value, "scalar") == 0) return CpuKernelFamily::kScalar;
-    if (std::strcmp(value, "avx512") == 0) return CpuKernelFamily::kAvx512;
-    if (std::strcmp(value, "amx") == 0) return CpuKernelFamily::kAmx;
-    return CpuKernelFamily::kAuto;
-  }();
+  static const CpuKernelFamily family = EnvironmentChoice<CpuKernelFamily>(
+      "MINIMAKV_CPU_ISA",
+      {{"scalar", CpuKernelFamily::kScalar}, {"avx512", CpuKernelFamily::kAvx512}, {"amx", CpuKernelFamily::kAmx}},
+      CpuKernelFamily::kAuto);
   return family;
 }
 
@@ -65,13 +75,8 @@ constexpr bool kTq3Int8ValuesByDefault = true;
 
 // MINIMAKV_TQ3_VALUES (bf16 | int8) replaces CpuTq3Values::kAuto for the whole process; unset or unrecognized: kAuto.
 CpuTq3Values EnvironmentTq3Values() {
-  static const CpuTq3Values values = [] {
-    const char* value = std::getenv("MINIMAKV_TQ3_VALUES");
-    if (value == nullptr) return CpuTq3Values::kAuto;
-    if (std::strcmp(value, "bf16") == 0) return CpuTq3Values::kBf16;
-    if (std::strcmp(value, "int8") == 0) return CpuTq3Values::kInt8;
-    return CpuTq3Values::kAuto;
-  }();
+  static const CpuTq3Values values = EnvironmentChoice<CpuTq3Values>(
+      "MINIMAKV_TQ3_VALUES", {{"bf16", CpuTq3Values::kBf16}, {"int8", CpuTq3Values::kInt8}}, CpuTq3Values::kAuto);
   return values;
 }
 

@@ -228,27 +228,25 @@ void CheckKernelVsReference(KvFormat format, int head_dim, int group, const CpuA
       EXPECT_TRUE(lse.CanariesIntact());
       if (format == KvFormat::kTq3 && options.tq3_scores == CpuTq3Scores::kInt8) {
         ExpectInt8KernelChosen(options, group, head_dim);
-        // The bf16 scores on the same pages: also within the bound, and not the same bits (the int8 path ran:
-        // its fixed-point query rounds differently from the exact three-part split).
-        CpuAttentionOptions bf16_options = options;
-        bf16_options.tq3_scores = CpuTq3Scores::kBf16;
-        std::vector<float> out_bf16(want_out.size()), lse_bf16(want_lse.size());
-        ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_bf16.data(), lse_bf16.data()}, bf16_options).ok());
-        ExpectMatchesReference(out_bf16.data(), lse_bf16.data(), want_out, want_lse, "bf16 scores");
-        if (options.family == CpuKernelFamily::kAmx) {
-          EXPECT_NE(std::memcmp(out_bf16.data(), out.data(), want_out.size() * sizeof(float)), 0) << "int8 == bf16 bits";
-        }
-        if (options.tq3_values == CpuTq3Values::kInt8) {
-          // The int8 scores with bf16 values on the same pages: within the bound, and other bits than the int8
-          // value pass (its fixed-point weights round differently from the exact three-part split).
+        // Another tile variant on the same pages: also within the bound, and (on AMX) not the same bits as the
+        // int8 run, whose fixed-point query or weights round differently from the exact three-part bf16 split.
+        auto expect_other_variant = [&](const CpuAttentionOptions& other, const char* what) {
+          std::vector<float> out_other(want_out.size()), lse_other(want_lse.size());
+          ASSERT_TRUE(
+              ComputePartialStatesCpu(view, queries, &rotation, {out_other.data(), lse_other.data()}, other).ok());
+          ExpectMatchesReference(out_other.data(), lse_other.data(), want_out, want_lse, what);
+          if (options.family == CpuKernelFamily::kAmx) {
+            EXPECT_NE(std::memcmp(out_other.data(), out.data(), want_out.size() * sizeof(float)), 0)
+                << "int8 == " << what << " bits";
+          }
+        };
+        CpuAttentionOptions bf16_scores = options;
+        bf16_scores.tq3_scores = CpuTq3Scores::kBf16;
+        expect_other_variant(bf16_scores, "bf16 scores");
+        if (options.tq3_values == CpuTq3Values::kInt8) {  // int8 scores with bf16 values
           CpuAttentionOptions bf16_values = options;
           bf16_values.tq3_values = CpuTq3Values::kBf16;
-          std::vector<float> out_v(want_out.size()), lse_v(want_lse.size());
-          ASSERT_TRUE(ComputePartialStatesCpu(view, queries, &rotation, {out_v.data(), lse_v.data()}, bf16_values).ok());
-          ExpectMatchesReference(out_v.data(), lse_v.data(), want_out, want_lse, "bf16 values");
-          if (options.family == CpuKernelFamily::kAmx) {
-            EXPECT_NE(std::memcmp(out_v.data(), out.data(), want_out.size() * sizeof(float)), 0) << "int8 == bf16 values";
-          }
+          expect_other_variant(bf16_values, "bf16 values");
         }
       }
     }

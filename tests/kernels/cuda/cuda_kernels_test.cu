@@ -759,32 +759,27 @@ int main() {
     }
     return std::vector<CudaTq3Ctas>{CudaTq3Ctas::kAuto};
   };
-  for (const DecodeCase& base : shapes) {
-    for (const auto& formats : format_sets) {
-      DecodeCase c = base;
-      c.formats = formats;
-      for (CudaTq3Ctas ctas : ctas_variants(c)) {
-        c.tq3_ctas = ctas;
-        TestDecode(rng, c, 6);
+  // Every shape x format set (x CTA shape), each a TestDecode of num_seqs sequences (fixed_tokens: their lengths).
+  auto test_all = [&](const auto& shape_list, int num_seqs, const std::vector<int>* fixed_tokens) {
+    for (const DecodeCase& base : shape_list) {
+      for (const auto& formats : format_sets) {
+        DecodeCase c = base;
+        c.formats = formats;
+        for (CudaTq3Ctas ctas : ctas_variants(c)) {
+          c.tq3_ctas = ctas;
+          TestDecode(rng, c, num_seqs, fixed_tokens);
+        }
       }
     }
-  }
+  };
+  test_all(shapes, 6, nullptr);
   // v20: rows split over many items with odd lengths (a long sequence at the device's SM count: tens of 128-token
   // items; one at 1 SM: few items, many units each), short rows (1, 31, 333 tokens), an empty sequence; every case
   // also replays the captured step.
   const std::vector<int> split_tokens = {6011, 0, 1, 333, 4097, 31};
   const DecodeCase split_shapes[] = {{24, 4, 256, 16, {}, 0}, {32, 8, 128, 64, {}, 0}, {16, 2, 256, 32, {}, 1},
                                      {26, 2, 128, 64, {}, 0}, {8, 8, 64, 16, {}, 3}};
-  for (const DecodeCase& base : split_shapes) {
-    for (const auto& formats : format_sets) {
-      DecodeCase c = base;
-      c.formats = formats;
-      for (CudaTq3Ctas ctas : ctas_variants(c)) {
-        c.tq3_ctas = ctas;
-        TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
-      }
-    }
-  }
+  test_all(split_shapes, int(split_tokens.size()), &split_tokens);
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
   return g_failures == 0 ? 0 : 1;
