@@ -119,8 +119,6 @@ Status DecodeBenchCase::Create(const DecodeShape& shape, const std::string& path
   bench->out_.resize(bench->q_.size());
   bench->lse_.resize(size_t(batch) * shape.q_heads);
   for (int s = 0; s <= batch; ++s) bench->q_indptr_.push_back(s);
-  // QK and PV: 2 * head_dim multiply-adds per (query head, token).
-  bench->multiply_adds_ = 2.0 * double(shape.head_dim) * shape.q_heads * double(context) * batch;
   *out = std::move(bench);
   return Status::Ok();
 }

@@ -104,7 +104,11 @@ class DecodeBenchCase {
   // pool, as a serving loop would keep: starting threads per step would cost ~37 us per worker.
   Status Step(ThreadPool& pool, const std::string& isa = "auto");
   double kv_bytes_read() const { return kv_bytes_read_; }
-  double multiply_adds() const { return multiply_adds_; }
+  double multiply_adds() const {  // all formats' (the tiers cover every token once)
+    double total = 0.0;
+    for (const auto& [format, macs] : multiply_adds_by_format_) total += macs;
+    return total;
+  }
   // The multiply-adds of each format's tokens (one entry per view: the minima path has an FP8 and a TQ3 one), so a
   // compute floor can charge each part at the peak of the kernel family that runs it.
   const std::vector<std::pair<KvFormat, double>>& multiply_adds_by_format() const { return multiply_adds_by_format_; }
@@ -118,7 +122,6 @@ class DecodeBenchCase {
   std::vector<float> q_, out_, lse_;
   std::vector<int32_t> q_indptr_;
   double kv_bytes_read_ = 0.0;
-  double multiply_adds_ = 0.0;
   std::vector<std::pair<KvFormat, double>> multiply_adds_by_format_;
 };
 
