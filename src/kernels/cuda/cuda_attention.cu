@@ -156,12 +156,6 @@ constexpr float kProbScale = 16384.0f;
 #ifndef MINIMAKV_LATE_TRIGGER
 #define MINIMAKV_LATE_TRIGGER 2
 #endif
-// - MINIMAKV_TQ3_SPLIT_D256 (v24): 1 = the TQ3 kernel at head_dim 256 runs as pairs of a score warp and a value warp
-//   (DecodePartialSplitTq3Kernel, 16 warps per SM); 0 = the v23 kernel (DecodePartialTransposedKernel, 8). A / B lever.
-#ifndef MINIMAKV_TQ3_SPLIT_D256
-#define MINIMAKV_TQ3_SPLIT_D256 1  // v24 experiment: measured 3% slower (docs/cuda-notes.md v24), reverted
-#endif
-constexpr bool kTq3SplitD256 = MINIMAKV_TQ3_SPLIT_D256 != 0;
 constexpr bool kLazyFp8 = MINIMAKV_FP8_LAZY_MAX != 0;
 constexpr bool kBf16TwoHeadTiles = MINIMAKV_BF16_TWO_HEAD_TILES != 0;
 constexpr int kBf16TwoTileCtas = MINIMAKV_BF16_TWO_TILE_CTAS;
@@ -336,19 +330,14 @@ __device__ inline void WaitForPriorGrids() { asm volatile("griddepcontrol.wait;\
 // bytes) + two interleaves before: one integer-ALU instruction less (same-run A/B, docs/cuda-notes.md v16b).
 constexpr int kTq3ValueBias = 128;
 constexpr uint32_t kFp16HighByte1024 = 0x64u;  // fp16 1024.0 = 0x6400
-// v24: the right shifts of the TQ3 loops run as integer multiply-highs, x >> k = hi32(x * 2^(32 - k)), on the FMA
-// pipe instead of SHF on the integer ALU pipe: ncu (Qwen 64K b8) has the TQ3 kernel's ALU pipe 62% busy with the most
-// "math pipe throttle" stalls, the FMA pipe 20%. The multipliers are table entries (read from shared memory) so that
-// ptxas cannot fold them back into shifts.
 struct Tq3Tables {
   uint32_t unit_pos;    // byte m: +unit m + bias (code m, sign bit clear)
   uint32_t unit_neg;    // byte m: -unit m + bias (code 4 + m)
   uint32_t high_bytes;  // 0x64 in every byte
   uint32_t offset;      // fp16x2 (1024 + bias, 1024 + bias)
-  uint32_t shr16, shr4, shr3, shr2, shr1;  // 2^(32 - k): multipliers of ShrOnFmaPipe for x >> k
 };
 __device__ inline Tq3Tables MakeTq3Tables() {
-  Tq3Tables t{0, 0, kFp16HighByte1024 * 0x01010101u, 0, 1u << 16, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+  Tq3Tables t{0, 0, kFp16HighByte1024 * 0x01010101u, 0};
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
     const int unit = int(m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3);
@@ -609,7 +598,7 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
 // kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup,
-          int kWarps = kDecodeWarps, int kThreads = kWarps * kWarpSize>
+          int kWarps = kDecodeWarps>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
@@ -634,7 +623,7 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) weight[w] = 0.0f;
     }
-    for (int dim = threadIdx.x; dim < kHeadDim; dim += kThreads) {
+    for (int dim = threadIdx.x; dim < kHeadDim; dim += kWarps * kWarpSize) {
       float out = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
@@ -1054,16 +1043,9 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
 constexpr uint32_t kTq3IndexNibbles = 0x77777777u;
 // Selector word of the spill coordinates 24 .. 31 (nibble n = coordinate 24 + n): bit i of each nibble gathered from
 // bit 3 of the same nibble of word i. Three shifts, two bit-selects and the mask (6 ALU instructions per 8 codes).
-// x >> k as mul.hi with multiplier = 2^(32 - k) (Tq3Tables): IMAD.HI on the FMA pipe (v24).
-__device__ inline uint32_t ShrOnFmaPipe(uint32_t x, uint32_t multiplier) {
-  uint32_t d;
-  asm("mul.hi.u32 %0, %1, %2;\n" : "=r"(d) : "r"(x), "r"(multiplier));
-  return d;
-}
-__device__ inline uint32_t Tq3SpillSelectors(uint32_t w0, uint32_t w1, uint32_t w2, const Tq3Tables& tab) {
-  // bit 1 from W1, bit 2 from W2; then bit 0 from W0
-  const uint32_t bits21 = BitSelect(0x22222222u, ShrOnFmaPipe(w1, tab.shr2), ShrOnFmaPipe(w2, tab.shr1));
-  const uint32_t bits210 = BitSelect(0x11111111u, ShrOnFmaPipe(w0, tab.shr3), bits21);
+__device__ inline uint32_t Tq3SpillSelectors(uint32_t w0, uint32_t w1, uint32_t w2) {
+  const uint32_t bits21 = ((w1 >> 2) & 0x22222222u) | ((w2 >> 1) & ~0x22222222u);  // bit 1 from W1, bit 2 from W2
+  const uint32_t bits210 = ((w0 >> 3) & 0x11111111u) | (bits21 & ~0x11111111u);     // bit 0 from W0
   return bits210 & kTq3IndexNibbles;  // bit 3 held junk (the next nibble's bit 0 of W2 >> 1)
 }
 __device__ inline uint32_t SubHalf2(uint32_t a, uint32_t b) {
@@ -1088,18 +1070,18 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
 // (a, b) pairs of coordinates 8 r + 4 j and 8 r + 4 j + 2, odd[r] those of + 1 and + 3. 30 ALU instructions per 64
 // codes (48 with the bit planes of sessions 1-5).
 __device__ inline void Tq3PairSelectors(const uint32_t (&wa)[3], const uint32_t (&wb)[3], uint32_t (&even)[4],
-                                        uint32_t (&odd)[4], const Tq3Tables& tab) {
+                                        uint32_t (&odd)[4]) {
   uint32_t x[3];
   uint32_t y[3];
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     x[i] = BitSelect(0x0F0F0F0Fu, wa[i], wb[i] << 4);
-    y[i] = BitSelect(0x0F0F0F0Fu, ShrOnFmaPipe(wa[i], tab.shr4), wb[i]);
+    y[i] = BitSelect(0x0F0F0F0Fu, wa[i] >> 4, wb[i]);
     even[i] = x[i] & kTq3IndexNibbles;
     odd[i] = y[i] & kTq3IndexNibbles;
   }
-  even[3] = Tq3SpillSelectors(x[0], x[1], x[2], tab);
-  odd[3] = Tq3SpillSelectors(y[0], y[1], y[2], tab);
+  even[3] = Tq3SpillSelectors(x[0], x[1], x[2]);
+  odd[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
 }
 
 // ---- v9 / v15: TQ3 scores on the integer tensor cores (kImma in the kernel; the v8 fp16 score path went in v10).
@@ -1366,7 +1348,7 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     }
     uint32_t even[4];
     uint32_t odd[4];
-    Tq3PairSelectors(w02, w13, even, odd, tab);
+    Tq3PairSelectors(w02, w13, even, odd);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {  // m-tile r: coordinate 8 r + 2 (g & 3) (row g), + 1 (row g + 8)
       uint32_t ve[2], vo[2];  // [0]: key pair (2t, 2t + 1), [1]: (8 + 2t, 9 + 2t)
@@ -1403,32 +1385,31 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     }
     uint32_t even[4];
     uint32_t odd[4];
-    Tq3PairSelectors(w02, w13, even, odd, tab);
+    Tq3PairSelectors(w02, w13, even, odd);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {  // m-tiles 2 r + h: coordinates 8 r + 4 (g & 1) + 2 h (row g), + 1 (row g + 8)
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
       Tq3Lookup4(even[r], tab, ve01[0], ve01[1]);
       Tq3Lookup4(odd[r], tab, vo01[0], vo01[1]);
-      Tq3Lookup4(ShrOnFmaPipe(even[r], tab.shr16), tab, ve23[0], ve23[1]);
-      Tq3Lookup4(ShrOnFmaPipe(odd[r], tab.shr16), tab, vo23[0], vo23[1]);
+      Tq3Lookup4(even[r] >> 16, tab, ve23[0], ve23[1]);
+      Tq3Lookup4(odd[r] >> 16, tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) MmaHeadTiles(o_acc, 2 * r + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
     }
     return;
   }
   uint32_t even01[4], odd01[4], even23[4], odd23[4];
-  Tq3PairSelectors(w[0], w[1], even01, odd01, tab);
-  Tq3PairSelectors(w[2], w[3], even23, odd23, tab);
+  Tq3PairSelectors(w[0], w[1], even01, odd01);
+  Tq3PairSelectors(w[2], w[3], even23, odd23);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {  // 4 coordinates (2 m-tiles) at a time: fewer live registers
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-      // (j = 1: the upper nibbles, shifted on the FMA pipe)
-      Tq3Lookup4(j == 0 ? even01[r] : ShrOnFmaPipe(even01[r], tab.shr16), tab, ve01[0], ve01[1]);
-      Tq3Lookup4(j == 0 ? odd01[r] : ShrOnFmaPipe(odd01[r], tab.shr16), tab, vo01[0], vo01[1]);
-      Tq3Lookup4(j == 0 ? even23[r] : ShrOnFmaPipe(even23[r], tab.shr16), tab, ve23[0], ve23[1]);
-      Tq3Lookup4(j == 0 ? odd23[r] : ShrOnFmaPipe(odd23[r], tab.shr16), tab, vo23[0], vo23[1]);
+      Tq3Lookup4(even01[r] >> 16 * j, tab, ve01[0], ve01[1]);
+      Tq3Lookup4(odd01[r] >> 16 * j, tab, vo01[0], vo01[1]);
+      Tq3Lookup4(even23[r] >> 16 * j, tab, ve23[0], ve23[1]);
+      Tq3Lookup4(odd23[r] >> 16 * j, tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // m-tile 4 r + 2 j + h: coordinates 8 r + 4 j + 2 h (row g), + 1 (row g + 8)
         MmaHeadTiles(o_acc, 4 * r + 2 * j + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
@@ -1754,9 +1735,9 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
         const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
         const bool upper = (t & 1) != 0;
         const uint32_t sel_a[2] = {upper ? wa[2] & kTq3IndexNibbles : wa[0] & kTq3IndexNibbles,
-                                   upper ? Tq3SpillSelectors(wa[0], wa[1], wa[2], tab) : wa[1] & kTq3IndexNibbles};
+                                   upper ? Tq3SpillSelectors(wa[0], wa[1], wa[2]) : wa[1] & kTq3IndexNibbles};
         const uint32_t sel_b[2] = {upper ? wb[2] & kTq3IndexNibbles : wb[0] & kTq3IndexNibbles,
-                                   upper ? Tq3SpillSelectors(wb[0], wb[1], wb[2], tab) : wb[1] & kTq3IndexNibbles};
+                                   upper ? Tq3SpillSelectors(wb[0], wb[1], wb[2]) : wb[1] & kTq3IndexNibbles};
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const uint4 qf = q_frag[r * kWarpSize + lane];    // q2, q1
@@ -1769,8 +1750,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
           }
           const uint32_t k0 = Prmt(digits.pos, digits.neg, sel_a[r]);
           const uint32_t k1 = Prmt(digits.pos, digits.neg, sel_b[r]);
-          const uint32_t k2 = Prmt(digits.pos, digits.neg, ShrOnFmaPipe(sel_a[r], tab.shr16));
-          const uint32_t k3 = Prmt(digits.pos, digits.neg, ShrOnFmaPipe(sel_b[r], tab.shr16));
+          const uint32_t k2 = Prmt(digits.pos, digits.neg, sel_a[r] >> 16);
+          const uint32_t k3 = Prmt(digits.pos, digits.neg, sel_b[r] >> 16);
           MmaS8(iacc[0][0], k0, k1, k2, k3, qf.x, qf.y);
           MmaS8(iacc[0][1], k0, k1, k2, k3, qf.z, qf.w);
           MmaS8(iacc[0][2], k0, k1, k2, k3, qf0.x, qf0.y);
@@ -1791,10 +1772,10 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
           const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
 #pragma unroll
           for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 8 r + e (a0, a1), 8 r + 4 + e (a2, a3)
-            const uint32_t na = r < 3 ? wa[r] & kTq3IndexNibbles : Tq3SpillSelectors(wa[0], wa[1], wa[2], tab);
-            const uint32_t nb = r < 3 ? wb[r] & kTq3IndexNibbles : Tq3SpillSelectors(wb[0], wb[1], wb[2], tab);
-            const uint32_t na_up = ShrOnFmaPipe(na, tab.shr16);
-            const uint32_t nb_up = ShrOnFmaPipe(nb, tab.shr16);
+            const uint32_t na = r < 3 ? wa[r] & kTq3IndexNibbles : Tq3SpillSelectors(wa[0], wa[1], wa[2]);
+            const uint32_t nb = r < 3 ? wb[r] & kTq3IndexNibbles : Tq3SpillSelectors(wb[0], wb[1], wb[2]);
+            const uint32_t na_up = na >> 16;
+            const uint32_t nb_up = nb >> 16;
             const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
             const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
             uint4 qf_t1;  // head tile 1 (kHeadTiles = 2)
@@ -2092,459 +2073,6 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   __syncthreads();
   if constexpr (kFormat != KvFormat::kTq3) WaitForPriorGrids();  // reads nothing of the step: only keeps order
   WritePartialStates<kHeadDim, kRowWords, true, kRows, kWarps>(p, heads, warp_out, warp_max, warp_sum);
-  MINIMAKV_TIMELINE_SYNC();
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// v24: the TQ3 kernel at head_dim 256 with warp specialization (MINIMAKV_TQ3_SPLIT_D256). v23's analysis: the d 256
-// loop is latency-bound (~54% issue efficiency with 2 warps per scheduler; 207 registers allow no more), the d 128
-// one reaches ~68% with 4. Here each unit stream of the narrow kernel's warps is served by a pair of warps: a score
-// warp (copies, key expansion, integer score MMAs, softmax; no output accumulators) and a value warp (value expansion,
-// value MMAs, the 64 output accumulators; no score state). Each needs at most 128 registers, so an SM holds 16 warps
-// (2 CTAs of 4 pairs) instead of 8, with the same stage memory per unit stream. Per unit the score warp hands the
-// value warp the fp16 P^T fragments of both row blocks, the two O rescale factors of its lane and the valid key
-// counts through a slot of shared memory; mbarriers order the hand-off (full: the stage's codes and the slot are
-// ready; empty: the value warp is done with the stage).
-struct SplitTq3Layout {
-  static constexpr int kHeadDim = 256;
-  using Tile = TileLayout<KvFormat::kTq3, kHeadDim>;
-  static constexpr int kPairs = 4;
-  static constexpr int kWarps = 2 * kPairs;
-  static constexpr int kThreads = kWarps * kWarpSize;
-  static constexpr int kCtasPerSm = 2;  // 16 warps per SM at <= 128 registers per thread
-  static constexpr int kStages = 3;     // per pair (v24: 2 CTAs x 4 pairs x 3 stages of 6.3 KB = 150 KB)
-  static constexpr int kStageBytes = Tile::kStageBytes;
-  // Hand-off slot per stage: P^T fragments [lane] (uint4: b0, b1 of row block 0, then of row block 1), O rescale
-  // factors [lane] (float2: heads 2t, 2t + 1), and a header {rescale, valid keys of row block 0, of row block 1}.
-  static constexpr int kSlotFragOffset = 0;
-  static constexpr int kSlotFactorOffset = kWarpSize * 16;
-  static constexpr int kSlotHeaderOffset = kSlotFactorOffset + kWarpSize * 8;
-  static constexpr int kSlotBytes = kSlotHeaderOffset + 16;
-  static constexpr int kPairStagesBytes = kStages * kStageBytes;
-  static constexpr int kPairCombineBytes = kMaxGroup * CombineRowWords<kHeadDim>() * 4;
-  static constexpr int kPerPairBytes = kPairStagesBytes > kPairCombineBytes ? kPairStagesBytes : kPairCombineBytes;
-  static constexpr int kQFragBytes = Tile::kQFragBytes;
-  static constexpr int kSlotsOffset = kQFragBytes + kPairs * kPerPairBytes;
-  static constexpr int kBarriersOffset = kSlotsOffset + kPairs * kStages * kSlotBytes;  // 8-byte aligned
-  static constexpr int kSmemBytes = kBarriersOffset + kPairs * kStages * 2 * 8;
-  static_assert(kSlotsOffset % 16 == 0 && kBarriersOffset % 8 == 0, "aligned slots and barriers");
-  static_assert(2 * kSmemBytes <= 227 * 1024, "two CTAs per SM");
-};
-
-__device__ inline void MbarrierInit(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ inline void MbarrierArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase of the given parity has completed.
-__device__ inline void MbarrierWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      " .reg .pred done;\n"
-      "WAIT_%=:\n"
-      " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__global__ void __launch_bounds__(SplitTq3Layout::kThreads, SplitTq3Layout::kCtasPerSm)
-    DecodePartialSplitTq3Kernel(DecodeParams p) {
-  using S = SplitTq3Layout;
-  using L = S::Tile;
-  constexpr KvFormat kFormat = KvFormat::kTq3;
-  constexpr int kHeadDim = S::kHeadDim;
-  constexpr int kPairs = S::kPairs;
-  constexpr int kStages = S::kStages;
-  constexpr int kBlocks = kHeadDim / kBlockDims;
-  constexpr int kMTiles = kHeadDim / 16;
-  constexpr int kTile = kCudaKeyTileTokens;
-  constexpr int kSub = L::kSubTiles;
-  static_assert(kSub == 2, "32-key units");
-  constexpr int kDigitSteps = kHeadDim / 32;
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint4* q_frag = reinterpret_cast<uint4*>(smem);
-  uint2* q_frag0 = reinterpret_cast<uint2*>(q_frag + kDigitSteps * kWarpSize);
-  uint8_t* stages_base = smem + S::kQFragBytes;
-
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const bool value_warp = warp >= kPairs;
-  const int pair = value_warp ? warp - kPairs : warp;
-  const int g = lane >> 2;
-  const int t = lane & 3;
-  MINIMAKV_TIMELINE_ENTRY(int(kFormat));
-  const HeadTile heads = CtaHeadTile(p);
-  const int kv_head = heads.kv_head;
-  const CudaWorkItem item = p.items[blockIdx.x];
-  if (!TriggerAfterLoop(p)) AllowDependentLaunch();
-  __shared__ Tq3Tables shared_tables[kWarpSize];
-  __shared__ Tq3DigitTables shared_digits[kWarpSize];
-  __shared__ float q_amax[kMaxGroup];
-  __shared__ float q_rows[kMaxGroup * kHeadDim];
-  __shared__ float pair_max[kPairs * kMaxGroup];
-  __shared__ float pair_sum[kPairs * kMaxGroup];
-  __shared__ float pair_v_unit[kPairs];
-  if (threadIdx.x < kWarpSize) {
-    shared_tables[threadIdx.x] = MakeTq3Tables();
-    shared_digits[threadIdx.x] = MakeTq3DigitTables();
-  }
-
-  uint8_t* my_stages = stages_base + pair * S::kPerPairBytes;
-  const uint32_t my_stages_addr = uint32_t(__cvta_generic_to_shared(my_stages));
-  uint8_t* my_slots = smem + S::kSlotsOffset + pair * kStages * S::kSlotBytes;
-  const uint32_t bars_addr = uint32_t(__cvta_generic_to_shared(smem + S::kBarriersOffset)) + pair * kStages * 16;
-  auto full_bar = [&](int stage) { return bars_addr + 16 * stage; };
-  auto empty_bar = [&](int stage) { return bars_addr + 16 * stage + 8; };
-  if (!value_warp && lane < kStages) {
-    MbarrierInit(full_bar(lane), kWarpSize);
-    MbarrierInit(empty_bar(lane), kWarpSize);
-  }
-
-  const int page_tokens = p.layout.page_tokens;
-  const int tiles_per_page = page_tokens / kTile;
-  const int num_pages = item.page_end - item.page_begin;
-  const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
-  const int last_tile_valid = item.last_tokens - kTile * ((item.last_tokens - 1) / kTile);
-  const int num_units = (num_tiles + kSub - 1) / kSub;
-  auto unit_valid = [&](int unit, int sub) {  // valid keys of row block sub of unit
-    const int tile = unit * kSub + sub;
-    return tile < num_tiles - 1 ? kTile : tile == num_tiles - 1 ? last_tile_valid : 0;
-  };
-
-  // ---- copies (as in DecodePartialTransposedKernel, with the pair's unit stream: pair, pair + kPairs, ...)
-  const size_t page_bytes = p.layout.page_bytes();
-  const int vectors = p.layout.kv_heads * page_tokens;
-  const int v_codes_section = vectors * L::kCodeBytes;
-  const int scales_section = 2 * v_codes_section;
-  const int v_scales_section = vectors * 2;
-  const int head_row = kv_head * page_tokens;
-  const uint32_t page_magic = 0xFFFFFFFFu / uint32_t(tiles_per_page) + 1u;
-  auto page_of = [&](int tile) { return tiles_per_page == 1 ? tile : int(__umulhi(uint32_t(tile), page_magic)); };
-  const uint32_t lane_dst = my_stages_addr + 16 * lane;
-  const uint32_t lane_k_src = uint32_t(head_row * L::kCodeBytes + 16 * lane);
-  const bool scale_lane = lane < 4;
-  const uint32_t lane_scale_src =
-      uint32_t(scales_section + (lane >= 2 ? v_scales_section : 0) + head_row * L::kScaleBytes + 16 * (lane & 1));
-  const uint32_t lane_scale_dst =
-      my_stages_addr + (lane >= 2 ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
-  const uint32_t page_bytes32 = uint32_t(page_bytes);
-  auto issue_tile_copies = [&](int stage, int page_id, int tile, int sub) {
-    const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
-    const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;
-    const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
-    const uint32_t sub_offset = uint32_t(sub * kTile * L::kCodeBytes);
-    const uint32_t stage_offset = uint32_t(stage * S::kStageBytes);
-    IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset + sub_offset, k_lane, k_lane + v_codes_section, lane);
-    if (scale_lane) {
-      CpAsync16(lane_scale_dst + stage_offset + uint32_t(sub * kTile * L::kScaleBytes),
-                page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
-    }
-  };
-  const int32_t* item_page_ids = p.page_ids + item.page_begin;
-  const bool pair_in_page = tiles_per_page % kSub == 0;
-  auto unit_page_ids = [&](int unit, int (&ids)[kSub]) {
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub) {
-      const int tile = unit * kSub + sub;
-      ids[sub] = tile < num_tiles && !(sub > 0 && pair_in_page) ? item_page_ids[page_of(tile)] : 0;
-    }
-  };
-  constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
-  static_assert(kUnitChunks % kWarpSize == 0, "d 256 units are whole rounds of the warp");
-  const bool regular_units = pair_in_page && (kSub * kPairs) % tiles_per_page == 0;
-  const int pair_tok0 = kTile * ((kSub * pair) % tiles_per_page);
-  const uint32_t unit_k_src = lane_k_src + uint32_t(pair_tok0 * L::kCodeBytes);
-  constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;
-  const bool unit_scale_lane = lane < 2 * kUnitScaleChunks;
-  const bool unit_scale_v = lane >= kUnitScaleChunks;
-  const int unit_scale_chunk = lane % kUnitScaleChunks;
-  const uint32_t unit_scale_src = uint32_t(scales_section + (unit_scale_v ? v_scales_section : 0) +
-                                           (head_row + pair_tok0) * L::kScaleBytes + 16 * unit_scale_chunk);
-  const uint32_t unit_scale_dst =
-      my_stages_addr + 16 * unit_scale_chunk + uint32_t(unit_scale_v ? L::kVScaleOffset : L::kKScaleOffset);
-  auto issue_unit = [&](int stage, const int (&ids)[kSub], int unit) {
-    if (regular_units && unit * kSub + kSub - 1 < num_tiles) {
-      const uint8_t* page32 = p.pages + uint64_t(uint32_t(ids[0])) * page_bytes32;
-      const uint8_t* k_src = page32 + unit_k_src;
-      const uint32_t stage_offset = uint32_t(stage * S::kStageBytes);
-      CopyRunLane<kUnitChunks, 0>(lane_dst + stage_offset, k_src);
-      CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + stage_offset, k_src + v_codes_section);
-      CpAsync16If(unit_scale_lane, unit_scale_dst + stage_offset, page32 + unit_scale_src);
-      return;
-    }
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub) {
-      const int tile = unit * kSub + sub;
-      if (tile < num_tiles) issue_tile_copies(stage, sub > 0 && pair_in_page ? ids[0] : ids[sub], tile, sub);
-    }
-  };
-  // The pair's unit stream: pair, pair + kPairs, ... (the value warps compute these values and never copy).
-  int issue_unit_index = pair;
-  if (!value_warp) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      int ids[kSub];
-      unit_page_ids(issue_unit_index, ids);
-      issue_unit(s, ids, issue_unit_index);
-      CpAsyncCommit();
-      issue_unit_index += kPairs;
-    }
-  }
-  const int page_step = regular_units ? kSub * kPairs / tiles_per_page : 0;
-  int next_page_index = regular_units ? kSub * issue_unit_index / tiles_per_page : 0;
-  auto prefetch_page_ids = [&](int unit, int (&ids)[kSub]) {
-    if (regular_units) {
-#pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) ids[sub] = 0;
-      if (kSub * unit < num_tiles) ids[0] = item_page_ids[next_page_index];
-    } else {
-      unit_page_ids(unit, ids);
-    }
-  };
-  int next_page_id[kSub];
-  prefetch_page_ids(issue_unit_index, next_page_id);
-
-  WaitForPriorGrids();
-  BuildTq3DigitFragments<kHeadDim, 1, S::kWarps>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
-  __syncthreads();  // query fragments, tables and barriers are ready
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
-
-  if (!value_warp) {
-    const Tq3DigitTables digits = shared_digits[lane];
-    const Tq3Tables tab = shared_tables[lane];  // (the shift multipliers)
-    float score_unit[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      score_unit[hh] = q_amax[2 * t + hh] * (1.0f / float(kTq3QueryFixedMax)) * kTq3InvUnitsPerMagnitude;
-    }
-    float row_max[2] = {-INFINITY, -INFINITY};
-    float row_sum[2] = {0.0f, 0.0f};
-    float v_unit = 0.0f;
-    float inv_v_unit = 0.0f;
-    int stage = 0;
-    int write_stage = kStages - 1;
-    uint32_t phase = 0;       // parity of the current use of `stage`
-    int prev_stage = 0;       // the stage of the previous unit (the value warp frees it)
-    uint32_t prev_phase = 0;
-    for (int unit = pair, j = 0; unit < num_units; unit += kPairs, ++j) {
-      CpAsyncWait<kStages - 2>();
-      __syncwarp();
-      const uint8_t* k_stage = my_stages + stage * S::kStageBytes;
-      float sc[kSub][2][2];
-      bool key_valid[kSub][2];
-      float v_scale[kSub][2];
-      int valid[kSub];
-#pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) {
-        valid[sub] = unit_valid(unit, sub);
-        const uint8_t* block_stage = k_stage + sub * kTile * L::kKStride;
-        int iacc[3][4];
-#pragma unroll
-        for (int c = 0; c < 3; ++c) iacc[c][0] = iacc[c][1] = iacc[c][2] = iacc[c][3] = 0;
-        const int key_a = g;
-        const int key_b = 8 + g;
-        const uint8_t* codes_a = block_stage + L::kKOffset + key_a * L::kKStride + t * 12;
-        const uint8_t* codes_b = block_stage + L::kKOffset + key_b * L::kKStride + t * 12;
-#pragma unroll
-        for (int block = 0; block < kBlocks; ++block) {
-          const uint8_t* ga = codes_a + block * 48;
-          const uint8_t* gb = codes_b + block * 48;
-          const uint32_t wa[3] = {LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8)};
-          const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const uint32_t na = r < 3 ? wa[r] & kTq3IndexNibbles : Tq3SpillSelectors(wa[0], wa[1], wa[2], tab);
-            const uint32_t nb = r < 3 ? wb[r] & kTq3IndexNibbles : Tq3SpillSelectors(wb[0], wb[1], wb[2], tab);
-            const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];
-            const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];
-            const uint32_t k0 = Prmt(digits.pos, digits.neg, na);
-            const uint32_t k1 = Prmt(digits.pos, digits.neg, nb);
-            const uint32_t k2 = Prmt(digits.pos, digits.neg, ShrOnFmaPipe(na, tab.shr16));
-            const uint32_t k3 = Prmt(digits.pos, digits.neg, ShrOnFmaPipe(nb, tab.shr16));
-            MmaS8(iacc[0], k0, k1, k2, k3, qf.x, qf.y);
-            MmaS8(iacc[1], k0, k1, k2, k3, qf.z, qf.w);
-            MmaS8(iacc[2], k0, k1, k2, k3, qf0.x, qf0.y);
-          }
-        }
-        key_valid[sub][0] = g < valid[sub];
-        key_valid[sub][1] = 8 + g < valid[sub];
-        const __half* k_scales = reinterpret_cast<const __half*>(k_stage + L::kKScaleOffset) + sub * kTile;
-        const __half* v_scales = reinterpret_cast<const __half*>(k_stage + L::kVScaleOffset) + sub * kTile;
-        const float k_scale[2] = {__half2float(k_scales[key_a]), __half2float(k_scales[key_b])};
-        v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;
-        v_scale[sub][1] = key_valid[sub][1] ? __half2float(v_scales[key_b]) : 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int kk = i >> 1;
-          const int hh = i & 1;
-          const int low = iacc[1][i] * kTq3DigitBase + iacc[2][i];
-          const float sum = __fmaf_rn(float(iacc[0][i]), float(kTq3DigitBase * kTq3DigitBase), float(low));
-          sc[sub][kk][hh] = key_valid[sub][kk] ? sum * (score_unit[hh] * k_scale[kk]) : -INFINITY;
-        }
-      }
-      // Softmax step as in DecodePartialTransposedKernel (lazy while the unit fits the running max and V unit).
-      float prob[kSub][2][2];
-      const float v_max_seen = v_unit * kProbScale;
-      bool fits = true;
-#pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) {
-        fits = fits && sc[sub][0][0] <= row_max[0] + kLazyMaxMargin && sc[sub][1][0] <= row_max[0] + kLazyMaxMargin &&
-               sc[sub][0][1] <= row_max[1] + kLazyMaxMargin && sc[sub][1][1] <= row_max[1] + kLazyMaxMargin &&
-               v_scale[sub][0] <= v_max_seen && v_scale[sub][1] <= v_max_seen;
-      }
-      const bool full_update = __any_sync(kFullWarpMask, !fits);
-      float factor[2] = {1.0f, 1.0f};
-      bool rescale = false;
-      if (!full_update) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            prob[sub][0][hh] = Exp2Approx(sc[sub][0][hh] - row_max[hh]);
-            prob[sub][1][hh] = Exp2Approx(sc[sub][1][hh] - row_max[hh]);
-            row_sum[hh] += prob[sub][0][hh] + prob[sub][1][hh];
-          }
-        }
-      } else {
-        float alpha[2];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float tile_max = fmaxf(fmaxf(sc[0][0][hh], sc[0][1][hh]), fmaxf(sc[1][0][hh], sc[1][1][hh]));
-#pragma unroll
-          for (int offset = 4; offset < kWarpSize; offset *= 2) {
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
-          }
-          const float new_max = fmaxf(row_max[hh], tile_max);
-          alpha[hh] = Exp2Approx(row_max[hh] - new_max);
-          row_max[hh] = new_max;
-#pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            prob[sub][0][hh] = Exp2Approx(sc[sub][0][hh] - new_max);
-            prob[sub][1][hh] = Exp2Approx(sc[sub][1][hh] - new_max);
-          }
-          row_sum[hh] = row_sum[hh] * alpha[hh] + (prob[0][0][hh] + prob[0][1][hh]) + (prob[1][0][hh] + prob[1][1][hh]);
-        }
-        float ratio = 1.0f;
-        float v_max = fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1]));
-#pragma unroll
-        for (int offset = 4; offset < kWarpSize; offset *= 2) {
-          v_max = fmaxf(v_max, __shfl_xor_sync(kFullWarpMask, v_max, offset));
-        }
-        const float new_unit = v_max * (1.0f / kProbScale);
-        if (new_unit > v_unit) {
-          ratio = v_unit / new_unit;
-          v_unit = new_unit;
-          inv_v_unit = kProbScale / v_max;
-        }
-        factor[0] = alpha[0] * ratio;
-        factor[1] = alpha[1] * ratio;
-        rescale = __any_sync(kFullWarpMask, factor[0] != 1.0f || factor[1] != 1.0f);
-      }
-      uint32_t pb[kSub][2];
-#pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) {
-        pb[sub][0] = TransposeB16x8x8(PackHalf2(prob[sub][0][0] * (v_scale[sub][0] * inv_v_unit),
-                                                prob[sub][0][1] * (v_scale[sub][0] * inv_v_unit)));
-        pb[sub][1] = TransposeB16x8x8(PackHalf2(prob[sub][1][0] * (v_scale[sub][1] * inv_v_unit),
-                                                prob[sub][1][1] * (v_scale[sub][1] * inv_v_unit)));
-      }
-      // Hand the unit to the value warp.
-      uint8_t* slot = my_slots + stage * S::kSlotBytes;
-      reinterpret_cast<uint4*>(slot + S::kSlotFragOffset)[lane] = make_uint4(pb[0][0], pb[0][1], pb[1][0], pb[1][1]);
-      reinterpret_cast<float2*>(slot + S::kSlotFactorOffset)[lane] = make_float2(factor[0], factor[1]);
-      if (lane == 0) *reinterpret_cast<int4*>(slot + S::kSlotHeaderOffset) = make_int4(rescale, valid[0], valid[1], 0);
-      MbarrierArrive(full_bar(stage));
-      // The next copy goes into the previous unit's stage once the value warp is done with it (the first copy of the
-      // loop into the never-used last stage).
-      if (j > 0) MbarrierWait(empty_bar(prev_stage), prev_phase);
-      issue_unit(write_stage, next_page_id, issue_unit_index);
-      CpAsyncCommit();
-      issue_unit_index += kPairs;
-      next_page_index += page_step;
-      prefetch_page_ids(issue_unit_index, next_page_id);
-      prev_stage = stage;
-      prev_phase = phase;
-      write_stage = stage;  // the stage this unit occupies is the next one to refill (after its values)
-      stage = stage + 1 == kStages ? 0 : stage + 1;
-      if (stage == 0) phase ^= 1u;
-    }
-    // Per-head state of the pair: sums reduced over the 8 key-row groups.
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-      for (int offset = 4; offset < kWarpSize; offset *= 2) {
-        row_sum[hh] += __shfl_xor_sync(kFullWarpMask, row_sum[hh], offset);
-      }
-      if (g == 0) {
-        pair_max[pair * kMaxGroup + 2 * t + hh] = row_max[hh];
-        pair_sum[pair * kMaxGroup + 2 * t + hh] = row_sum[hh];
-      }
-    }
-    if (lane == 0) pair_v_unit[pair] = v_unit;
-  }
-
-  float o_acc[1][kMTiles][4];
-  if (value_warp) {
-    const Tq3Tables tab = shared_tables[lane];
-#pragma unroll
-    for (int m = 0; m < kMTiles; ++m) o_acc[0][m][0] = o_acc[0][m][1] = o_acc[0][m][2] = o_acc[0][m][3] = 0.0f;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int unit = pair; unit < num_units; unit += kPairs) {
-      MbarrierWait(full_bar(stage), phase);
-      const uint8_t* slot = my_slots + stage * S::kSlotBytes;
-      const int4 header = *reinterpret_cast<const int4*>(slot + S::kSlotHeaderOffset);
-      if (header.x != 0) {  // warp-uniform: the max or the V unit grew
-        const float2 f = reinterpret_cast<const float2*>(slot + S::kSlotFactorOffset)[lane];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          o_acc[0][m][0] *= f.x;
-          o_acc[0][m][1] *= f.y;
-          o_acc[0][m][2] *= f.x;
-          o_acc[0][m][3] *= f.y;
-        }
-      }
-      const uint4 frags = reinterpret_cast<const uint4*>(slot + S::kSlotFragOffset)[lane];
-      const uint8_t* v_stage = my_stages + stage * S::kStageBytes + L::kVOffset;
-      TransposedValueTile<kFormat, kHeadDim, 1>(v_stage, header.y, g, t, tab, TilePFrags{frags.x, frags.y, 0u, 0u},
-                                                o_acc);
-      if (header.z > 0) {
-        TransposedValueTile<kFormat, kHeadDim, 1>(v_stage + kTile * L::kVStride, header.z, g, t, tab,
-                                                  TilePFrags{frags.z, frags.w, 0u, 0u}, o_acc);
-      }
-      MbarrierArrive(empty_bar(stage));
-      stage = stage + 1 == kStages ? 0 : stage + 1;
-      if (stage == 0) phase ^= 1u;
-    }
-  }
-  MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  if (TriggerAfterLoop(p)) AllowDependentLaunch();
-  CpAsyncWait<0>();
-  __syncthreads();  // every pair is done with its stages: the combine rows reuse them
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), loop_end_ns);
-  constexpr int kRowWords = CombineRowWords<kHeadDim>();
-  float* pair_out = reinterpret_cast<float*>(stages_base);  // [pair][kMaxGroup] rows of kRowWords
-  static_assert(kPairs * S::kPairCombineBytes <= kPairs * S::kPerPairBytes, "combine rows fit the stages");
-  if (value_warp) {
-    float* my_out = pair_out + pair * kMaxGroup * kRowWords;
-    const float out_unit = pair_v_unit[pair] * kTq3InvUnitsPerMagnitude;
-#pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
-      const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
-      const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
-      my_out[CombineIndex<kHeadDim>(2 * t, dim0)] = o_acc[0][m][0] * out_unit;
-      my_out[CombineIndex<kHeadDim>(2 * t + 1, dim0)] = o_acc[0][m][1] * out_unit;
-      my_out[CombineIndex<kHeadDim>(2 * t, dim1)] = o_acc[0][m][2] * out_unit;
-      my_out[CombineIndex<kHeadDim>(2 * t + 1, dim1)] = o_acc[0][m][3] * out_unit;
-    }
-  }
-  __syncthreads();
-  WritePartialStates<kHeadDim, kRowWords, true, kMaxGroup, kPairs, S::kThreads>(
-      p, heads, pair_out, pair_max, pair_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
 }
@@ -2936,45 +2464,29 @@ bool UseWideTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int cta_heads
   return choice == CudaTq3Ctas::kWide || rows * kWideTq3MaxSmsPerRow >= int64_t(sm_count);
 }
 
-// v24: TQ3 at head_dim 256 (one head tile, narrow) runs the warp-pair kernel (MINIMAKV_TQ3_SPLIT_D256).
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta>
-constexpr bool IsSplitTq3() {
-  return kTq3SplitD256 && kFormat == KvFormat::kTq3 && kHeadDim == 256 && kHeadTiles == 1 && !kWideCta;
-}
 // The partial kernel of a format: TQ3 and FP8 (v8) run the transposed kernel, BF16 DecodePartialKernel.
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 constexpr auto PartialKernel() {
-  if constexpr (IsSplitTq3<kFormat, kHeadDim, kHeadTiles, kWideCta>()) {
-    return DecodePartialSplitTq3Kernel;
-  } else if constexpr (kFormat != KvFormat::kBf16) {
+  if constexpr (kFormat != KvFormat::kBf16) {
     return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>;
   } else {
     return DecodePartialKernel<kFormat, kHeadDim, kHeadTiles>;
   }
 }
 
-// Threads and dynamic shared memory of a partial kernel's CTA.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta>
-struct PartialCta {
-  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
-  static constexpr bool kSplit = IsSplitTq3<kFormat, kHeadDim, kHeadTiles, kWideCta>();
-  static constexpr int kThreads = kSplit ? SplitTq3Layout::kThreads : L::kThreads;
-  static constexpr int kSmemBytes = kSplit ? SplitTq3Layout::kSmemBytes : L::kSmemBytes;
-};
-
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 cudaError_t PreparePartial() {
   static const cudaError_t status =
       cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(),
                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           PartialCta<kFormat, kHeadDim, kHeadTiles, kWideCta>::kSmemBytes);
+                           TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kSmemBytes);
   return status;
 }
 
 // Resident CTAs per SM of a partial kernel (the split fills whole waves of these).
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 Status PartialOccupancy(int* ctas_per_sm) {
-  using L = PartialCta<kFormat, kHeadDim, kHeadTiles, kWideCta>;
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
   MINIMAKV_RETURN_IF_ERROR(
       CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
   return CudaError(
@@ -3034,7 +2546,7 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
 
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
-  using L = PartialCta<kFormat, kHeadDim, kHeadTiles, kWideCta>;
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
   MINIMAKV_RETURN_IF_ERROR(
       CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
   // grid y: every head tile of every KV head (CtaHeadTile).
