@@ -2,7 +2,8 @@
 // cpu_kernels_avx512.cpp, cpu_kernels_amx.cpp): page by page, blocks of at most kBlockKeys tokens of one page,
 // each with the block after it (same page further on, else the next listed page's first block) so a kernel
 // can prefetch it while working on this one. The next block's scales are prefetched here: two short runs that
-// a kernel's key prefetch does not cover.
+// a kernel's key prefetch does not cover. And the next block's key and value codes get a head start here
+// (StartL2Streams): the kernels' own prefetches follow one pass behind.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +27,34 @@ inline void PrefetchL2(const uint8_t* p, size_t bytes) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   for (size_t offset = 0; offset < bytes; offset += kCacheLineBytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
+  }
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+// The hardware L2 streamer follows ascending misses within one 4 KiB page and starts afresh on each page; a
+// block's key (or value) codes of one head span 3-16 KiB of a page (64 tokens x 48-256 bytes), so the streamer
+// restarts several times per block, each time one demand miss late. Touching the first kStreamStartLines
+// lines of every 4 KiB page of the next block one block early starts those streams while this block is
+// computed. Session 10 (docs/BENCHMARKS.md section 3), in-process A/B at the Llama shape, 32K, 2 threads,
+// caches flushed, median of 30 rounds, time with / without: bf16 0.88-0.94 (AVX-512), 0.92 (AMX); fp8 0.91-0.95;
+// tq3 0.95; minima 0.97; 2 or 8 lines per page instead of 4: 0.90-0.95 (no better). Without the kernels' dense
+// prefetches (these starts alone) BF16 took 1.28x the time, so the two work together.
+inline constexpr int kStreamStartLines = 4;
+inline constexpr uintptr_t kSmallPageBytes = 4096;
+
+// Prefetches into L2 the first kStreamStartLines cache lines of every 4 KiB page that [p, p + bytes) touches.
+inline void StartL2Streams(const uint8_t* p, size_t bytes) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  for (uintptr_t start = reinterpret_cast<uintptr_t>(p); start < end;
+       start = (start & ~(kSmallPageBytes - 1)) + kSmallPageBytes) {
+    for (uintptr_t line = start; line < std::min(end, start + kStreamStartLines * kCacheLineBytes);
+         line += kCacheLineBytes) {
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+    }
   }
 #else
   (void)p;
@@ -72,6 +101,9 @@ class KeyBlocks {
       const uint8_t* next_page = PageBase(page_);
       block->next_n = std::min(kBlockKeys, PageTokens(page_) - t0_);
       block->next_keys = next_page + layout_.k_codes_offset(task_.kv_head, t0_);
+      const size_t code_bytes = size_t(block->next_n) * layout_.code_bytes();
+      StartL2Streams(block->next_keys, code_bytes);
+      StartL2Streams(next_page + layout_.v_codes_offset(task_.kv_head, t0_), code_bytes);
       if constexpr (kHasScales) {
         const size_t scale_bytes = size_t(block->next_n) * layout_.scale_bytes();
         PrefetchL2(next_page + layout_.k_scale_offset(task_.kv_head, t0_), scale_bytes);
