@@ -10,7 +10,7 @@
 // The memory floor is measured in the same rounds: each round ends with a cold read sweep of
 // floor_sweep_bytes on the same thread pool (ReadSweep, tools/machine_floors.h), and a path's ratio_to_floor
 // is the median over rounds of its time / the floor of its bytes at that round's bandwidth, because this
-// VM's read bandwidth moves by 20% and more within minutes (docs/BENCHMARKS.md, section 3).
+// VM's read bandwidth moves by 20% and more within minutes (docs/cpu-notes.md).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 // Both are timed with per-thread CPU time (the longest thread), so other jobs on a shared machine do not make
 // the hardware look slower than it is.
 //
-// The read bandwidth of this VM moves by 20% and more within minutes (docs/BENCHMARKS.md, section 3), so a
+// The read bandwidth of this VM moves by 20% and more within minutes (docs/cpu-notes.md), so a
 // floor measured once before a benchmark judges its paths against another moment's memory system. ReadSweep
 // is the same read measurement made cheap enough to repeat in every timing round of `minimakv bench`, right
 // next to the paths it judges (decode_bench.cpp, RunDecodeBench). The compute peaks are still measured once:

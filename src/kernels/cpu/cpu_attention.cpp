@@ -256,7 +256,7 @@ void RunPlans(std::span<ViewPlan> plans, const CpuAttentionOptions& options) {
   std::vector<RowKernels> kernels;  // per plan: the family chosen for its view's format and head_dim, per rows
   for (const ViewPlan& plan : plans) kernels.push_back(KernelsOf(options, plan.format, plan.head_dim));
   // The caller's pool, else one for this call and both passes, no larger than the task count (no threads are
-  // kept between calls without a pool; each started worker costs ~37 us, docs/BENCHMARKS.md section 3).
+  // kept between calls without a pool; each started worker costs ~37 us, docs/cpu-notes.md).
   std::optional<ThreadPool> call_pool;
   if (options.pool == nullptr) {
     call_pool.emplace(int(std::min<size_t>(size_t(options.num_threads), std::max<size_t>(work.size(), 1))));

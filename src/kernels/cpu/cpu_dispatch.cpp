@@ -6,7 +6,7 @@
 // CpuKernelFamily::kAuto picks AMX or AVX-512 per (format, task rows, head_dim) from kAutoTable below: what
 // measured faster on this project's AMX machine (Xeon, AVX-512 + AMX-BF16 + GFNI) in a single-thread
 // interleaved A/B of the two kernels on the same pages (16K tokens x 8 KV heads, caches flushed before each
-// run, thread CPU time, median of per-round ratios; docs/BENCHMARKS.md section 3 has the command and every
+// run, thread CPU time, median of per-round ratios; docs/cpu-notes.md has the command and every
 // ratio). A task's rows are its query heads of one GQA group (decode) or several tokens' groups (up to 8), or
 // one GQA group of 9-16 heads (AMX and scalar only; TaskRowsFor decides the rows, SelectIsa the family).
 #include <algorithm>
@@ -55,8 +55,8 @@ CpuKernelFamily EnvironmentFamily() {
   return family;
 }
 
-// CpuTq3Scores::kAuto: TQ3 scores on AMX-INT8 wherever the machine has it. Session 8 (docs/BENCHMARKS.md
-// section 3): interleaved single-thread A/B, same binary, AMX with int8 scores over AMX with bf16 scores, thread
+// CpuTq3Scores::kAuto: TQ3 scores on AMX-INT8 wherever the machine has it. Session 8 (docs/cpu-notes.md):
+// interleaved single-thread A/B, same binary, AMX with int8 scores over AMX with bf16 scores, thread
 // CPU time, median of 16 rounds (16K tokens x 8 KV heads, caches flushed), rows 1..8:
 //   d 64   0.84 0.90 0.92 0.93 0.92 0.89 0.90 0.93
 //   d 128  0.83 0.87 0.89 0.93 0.92 0.80 0.82 0.96   (rows 4: 0.94, 0.936 in 16 and 30 more rounds)
@@ -83,7 +83,7 @@ CpuTq3Values EnvironmentTq3Values() {
 // kAuto on a machine with both families: AMX (A) or AVX-512 (V) per format, head_dim and task rows 1..8.
 // Single-thread A/B, AMX time / AVX-512 time (< 1: AMX faster), runs of 18:14-18:38 UTC
 // at commits 9797555 / 068ec46, several runs per cell where close
-// (docs/BENCHMARKS.md section 3):
+// (docs/cpu-notes.md):
 //   rows 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 ("-": not measured)
 //   bf16 d64   1.13 1.11 | 1.14 1.09 | - | 1.04 1.04 | - | 1.24 0.99 | - | 0.87 0.98 0.97
 //   bf16 d128  1.02 0.97 | 1.15 1.07 | - | 1.04 1.02 | - | 1.21 1.05 | - | 1.08 0.91 0.98
@@ -108,7 +108,7 @@ CpuTq3Values EnvironmentTq3Values() {
 // `--paths fp8` had AMX faster (3874 / 3472 / 4407 us against 4339 / 4097 / 4473), but all four paths
 // interleaved (`--isa auto,avx512`, the Minima-like setting) had AMX FP8 slower again in 4 of 4 runs (5304 /
 // 5728 / 5844 / 5578 against 4760 / 5209 / 5357 / 5473 us); the override stays, the cause is open
-// (docs/BENCHMARKS.md section 3). Decode rows
+// (docs/cpu-notes.md). Decode rows
 // = the GQA group: Llama-3-8B (group 4, d 128) runs AVX-512 BF16 and AMX FP8 / TQ3 as before, Qwen3.6-27B
 // AVX-512 BF16 and FP8, AMX TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
 // AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX; since session 6 TQ3 row 1 (every head_dim) to
@@ -134,8 +134,8 @@ constexpr char kAutoTable[3][3][kTableRows + 1] = {
 };
 // (format, head_dim, rows) -> the family kAutoTable names; head_dim outside 64/128/256 or rows outside
 // 1..kMaxTaskRows take the nearest entry (the driver never passes them: CheckHeadDim, TaskRowsFor). TQ3 tasks
-// whose scores run on AMX-INT8 (UseTq3Int8Scores) take AMX at every row count: session 8 (docs/BENCHMARKS.md
-// section 3) measured AMX with int8 scores at 0.80-0.96x the time of AMX with bf16 scores at rows 1-8 and
+// whose scores run on AMX-INT8 (UseTq3Int8Scores) take AMX at every row count: session 8 (docs/cpu-notes.md)
+// measured AMX with int8 scores at 0.80-0.96x the time of AMX with bf16 scores at rows 1-8 and
 // d 64/128/256, and at 0.79-0.92x the AVX-512 time at row 1 (where AMX with bf16 scores took 1.04-1.13x).
 CpuIsa AutoIsa(KvFormat format, int rows, int head_dim, CpuTq3Scores tq3_scores) {
   if (UseTq3Int8Scores(tq3_scores, format, rows, head_dim)) return CpuIsa::kAmx;

@@ -660,7 +660,7 @@ TEST(CpuDispatch, Tq3ValueVariantFollowsOptions) {
 }
 
 // kAuto chooses per (format, query heads per KV head, head_dim) what the single-thread A/B measured faster
-// (table in kernels/cpu/cpu_dispatch.cpp, ratios in docs/BENCHMARKS.md section 3). Written out here
+// (table in kernels/cpu/cpu_dispatch.cpp, ratios in docs/cpu-notes.md). Written out here
 // independently of that table: the benchmark shapes (Llama-3-8B: group 4, d 128; Qwen3.6-27B: group 6, d 256)
 // and the rows where the winner changes.
 TEST(CpuDispatch, AutoChoosesPerShapeAsMeasured) {
