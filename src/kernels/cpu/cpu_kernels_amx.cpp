@@ -64,13 +64,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-// GCC 12's intrinsic headers build some results from undefined vectors, which -Wuninitialized flags at every
-// inlined use (a header false positive, see cpu_kernels_avx512.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "kernels/cpu/avx512_exp2.h"  // (and <immintrin.h>)
 
 #define MINIMAKV_AMX_TARGET                                                                                      \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,gfni,amx-tile,amx-bf16,amx-int8")))
@@ -108,26 +102,7 @@ constexpr int kFp8TableEntries = 128;
 
 constexpr int kTq3Indices = 8;
 
-
-// Taylor coefficients of 2^f (see cpu_kernels_avx512.cpp): relative error ~5e-9 on |f| <= 0.5.
-constexpr float kExp2Taylor[8] = {1.0f,
-                                  0.6931471805599453f,
-                                  0.2402265069591007f,
-                                  0.05550410866482158f,
-                                  0.009618129107628477f,
-                                  0.0013333558146428443f,
-                                  0.00015403530393381608f,
-                                  1.525273380405984e-05f};
-constexpr float kExp2MinInput = -160.0f;
-
-MINIMAKV_AMX_TARGET inline __m512 Exp2(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(kExp2MinInput));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 poly = _mm512_set1_ps(kExp2Taylor[7]);
-  for (int k = 6; k >= 0; --k) poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(kExp2Taylor[k]));
-  return _mm512_scalef_ps(poly, n);
-}
+using simd::Exp2;  // avx512_exp2.h
 
 // The upper 16 bits of every fp32 lane of a (lanes 0..15) and b (lanes 16..31): exact bf16 when the values
 // are bf16-representable.
@@ -601,7 +576,7 @@ MINIMAKV_AMX_TARGET void SoftmaxToWeightTiles(int n, int head_dim, bool has_scal
   alignas(64) float rescale[kLanes];
   for (int r = 0; r < ROWS; ++r) new_max[r] = std::fmax(ws.running_max[r], _mm512_reduce_max_ps(_mm512_load_ps(ws.block_max[r])));
   constexpr __mmask16 kRows = __mmask16((1u << ROWS) - 1);
-  // exp2(-inf) = 0 on the first block (Exp2 clamps its input at kExp2MinInput, whose power underflows to 0).
+  // exp2(-inf) = 0 on the first block (Exp2 clamps its input at simd::kExp2MinInput, whose power underflows to 0).
   _mm512_store_ps(rescale, Exp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(kRows, ws.running_max), _mm512_load_ps(new_max))));
   for (int r = 0; r < ROWS; ++r) {
     const float* s = ws.scores[r];
