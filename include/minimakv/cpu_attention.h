@@ -35,7 +35,7 @@ enum class CpuKernelFamily : uint8_t {
 // How the AMX TQ3 kernel computes its scores (its value pass: CpuTq3Values, int8 only with int8 scores). The
 // choice is made in one place, kernels/cpu/cpu_dispatch.cpp; a machine without AMX-INT8 runs kBf16.
 enum class CpuTq3Scores : uint8_t {
-  kAuto,  // what measured faster per (task rows, head_dim) (cpu_dispatch.cpp; docs/cpu-notes.md, docs/BENCHMARKS.md section 3)
+  kAuto,  // what measured faster per (task rows, head_dim) (cpu_dispatch.cpp; docs/cpu-notes.md)
   kBf16,  // key units as bf16 tiles, the query split into three bf16 parts (TDPBF16PS, 32 coordinates each)
   kInt8,  // key units as int8 tiles, the query a 24-bit fixed point in three int8 digits (TDPBSSD, 64 each)
 };

@@ -501,10 +501,7 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const Tq
     if constexpr (kColumnBlocks >= 2) TileZero<1>();
     if constexpr (kColumnBlocks == 3) TileZero<3>();
     for (int c = 0; c < chunks; ++c) {
-      const size_t slice = size_t(c) * value_slice_bytes;
-      if (slice < value_tile_bytes) {
-        PrefetchL2(values + size_t(j0) * key_bytes + slice, std::min(value_slice_bytes, value_tile_bytes - slice));
-      }
+      PrefetchL2Slice(values + size_t(j0) * key_bytes, value_tile_bytes, size_t(c), value_slice_bytes);
       const size_t offset = size_t(c) * kTileRowBytes;
       TileLoad<2>(a_base + offset, a_stride);
       // The query's column blocks of this coordinate chunk: int8 digits (TDPBSSD) or bf16 parts (TDPBF16PS).

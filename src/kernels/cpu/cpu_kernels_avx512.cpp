@@ -256,16 +256,13 @@ MINIMAKV_AVX512_TARGET void ScoreBlock(const typename Codec::State& state, const
   for (int j0 = 0; j0 < n; j0 += kKeysPerTile) {
     const uint8_t* tile_values = values + size_t(j0) * key_bytes;
     const size_t value_tile_bytes = size_t(std::min(kKeysPerTile, n - j0)) * key_bytes;
-    // Whole cache lines per slice, so consecutive slices do not prefetch a line twice.
-    const size_t value_slice_bytes =
-        (value_tile_bytes + size_t(steps) * kCacheLineBytes - 1) / (size_t(steps) * kCacheLineBytes) * kCacheLineBytes;
+    const size_t value_slice_bytes = CacheLineSliceBytes(value_tile_bytes, size_t(steps));
     const uint8_t* key_ptr[kKeysPerTile];
     for (int kt = 0; kt < kKeysPerTile; ++kt) key_ptr[kt] = keys + size_t(std::min(j0 + kt, n - 1)) * key_bytes;
     __m512 acc[kLanes];
     for (int i = 0; i < kLanes; ++i) acc[i] = _mm512_setzero_ps();
     for (int step = 0; step < steps; ++step) {
-      const size_t slice = size_t(step) * value_slice_bytes;
-      if (slice < value_tile_bytes) PrefetchL2(tile_values + slice, std::min(value_slice_bytes, value_tile_bytes - slice));
+      PrefetchL2Slice(tile_values, value_tile_bytes, size_t(step), value_slice_bytes);
       for (int kt = 0; kt < kKeysPerTile; ++kt) {
         __m512 key[Codec::kChunks];
         Codec::Unpack(state, key_ptr[kt], step, key);
@@ -352,7 +349,7 @@ MINIMAKV_AVX512_TARGET void AccumulateValues(const typename Codec::State& state,
   constexpr int kStepsPerPass = CHUNKS / Codec::kChunks;
   constexpr int kPassCoords = CHUNKS * kLanes;
   const size_t passes = size_t(head_dim / kPassCoords);
-  const size_t key_slice_bytes = (value_bytes + passes * kCacheLineBytes - 1) / (passes * kCacheLineBytes) * kCacheLineBytes;
+  const size_t key_slice_bytes = CacheLineSliceBytes(value_bytes, passes);
   for (int base = 0; base < head_dim; base += kPassCoords) {
     __m512 acc[R][CHUNKS];
     for (int r = 0; r < R; ++r) {

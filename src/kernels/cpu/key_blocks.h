@@ -34,6 +34,18 @@ inline void PrefetchL2(const uint8_t* p, size_t bytes) {
 #endif
 }
 
+// Bytes of each of `parts` slices of a `bytes`-byte run when a prefetch is spread over `parts` steps: whole cache
+// lines, so consecutive slices never prefetch a line twice (the last slices may be short or empty).
+inline size_t CacheLineSliceBytes(size_t bytes, size_t parts) {
+  return (bytes + parts * kCacheLineBytes - 1) / (parts * kCacheLineBytes) * kCacheLineBytes;
+}
+
+// Slice `part` (of slice_bytes each) of the run [p, p + bytes) into L2: one step of a prefetch spread over a loop.
+inline void PrefetchL2Slice(const uint8_t* p, size_t bytes, size_t part, size_t slice_bytes) {
+  const size_t offset = part * slice_bytes;
+  if (offset < bytes) PrefetchL2(p + offset, std::min(slice_bytes, bytes - offset));
+}
+
 // The hardware L2 streamer follows ascending misses within one 4 KiB page and starts afresh on each page; a
 // block's key (or value) codes of one head span 3-16 KiB of a page (64 tokens x 48-256 bytes), so the streamer
 // restarts several times per block, each time one demand miss late. Touching the first kStreamStartLines
