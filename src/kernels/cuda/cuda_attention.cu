@@ -1142,29 +1142,52 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
 // of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
 // coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
 // v17: kHeadTiles 8-head tiles: rows 8 tile + g, fragments [tile][k-step][lane] (q_frag0 likewise).
+// The raw query values a warp rotates in BuildTq3DigitFragments (rows warp, warp + kWarps, ...; lane + 32 k of each),
+// loaded by LoadTq3QueryRows before the prologue's page copies are issued (v25): behind ~70 KB of copies per CTA the
+// loads waited for the copies to drain (TQ3 prologue ~7 us at batch 8 against ~5 us for FP8, v25 timeline).
+template <int kHeadDim, int kHeadTiles, int kWarps>
+struct Tq3QueryRows {
+  static constexpr int kRowsPerWarp = (kMaxGroup * kHeadTiles + kWarps - 1) / kWarps;
+  float v[kRowsPerWarp][kHeadDim / kWarpSize];
+};
+template <int kHeadDim, int kHeadTiles, int kWarps>
+__device__ inline void LoadTq3QueryRows(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
+                                        Tq3QueryRows<kHeadDim, kHeadTiles, kWarps>& rows) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int j = 0; j < rows.kRowsPerWarp; ++j) {
+    const int row = warp + kWarps * j;
+    if (row < kMaxGroup * kHeadTiles && row < heads.rows) {
+      const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim;
+#pragma unroll
+      for (int k = 0; k < kHeadDim / kWarpSize; ++k) rows.v[j][k] = q_row[lane + kWarpSize * k];
+    }
+  }
+}
 template <int kHeadDim, int kHeadTiles = 1, int kWarps = kDecodeWarps>
-__device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
+__device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadTile& heads,
+                                              const Tq3QueryRows<kHeadDim, kHeadTiles, kWarps>& query,
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  auto query_row = [&](int row) {
-    return p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim;
-  };
   // Row r of the group, rotated, at q_rows + r kHeadDim.
   auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
-  for (int row = warp; row < kMaxGroup * kHeadTiles; row += kWarps) {
+#pragma unroll
+  for (int j = 0; j < query.kRowsPerWarp; ++j) {
+    const int row = warp + kWarps * j;
+    if (row >= kMaxGroup * kHeadTiles) break;
     float amax = 0.0f;
     if (row < heads.rows) {
       // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
       // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
       // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576).
-      const float* q_row = query_row(row);
       constexpr int kPerLane = kHeadDim / kWarpSize;
       float v[kPerLane];
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int i = lane + kWarpSize * k;
-        v[k] = q_row[i] * cuda_detail::SignOf(p.signs, i);
+        v[k] = query.v[j][k] * cuda_detail::SignOf(p.signs, i);
       }
       cuda_detail::WarpFwht<kHeadDim>(v, lane);
 #pragma unroll
@@ -1581,18 +1604,24 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
       if (tile < num_tiles) issue_tile_copies(stage, sub > 0 && pair_in_page ? ids[0] : ids[sub], tile, sub);
     }
   };
+  // v25: the global loads of the prologue go out before its copies: the TQ3 query rows (LoadTq3QueryRows) and the
+  // page ids of the first kStages - 1 units (v12-v24 loaded each unit's ids just before its copies, one dependent
+  // round trip per stage, and the query after all copies). TQ3 is the step's first launch (no launch attribute), so
+  // the wait is a no-op; it stays ahead of the query loads for the order's sake.
+  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
+  Tq3QueryRows<kHeadDim, kHeadTiles, kWarps> query_rows;
+  if constexpr (kImma) LoadTq3QueryRows(p, item, heads, query_rows);
+  int first_ids[L::kStages - 1][kSub];
+#pragma unroll
+  for (int s = 0; s < L::kStages - 1; ++s) unit_page_ids(issue_tile + kWarps * s, first_ids[s]);
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
-    int ids[kSub];
-    unit_page_ids(issue_tile, ids);
-    issue_unit(s, ids, issue_tile);
+    issue_unit(s, first_ids[s], issue_tile);
     CpAsyncCommit();
     issue_tile += kWarps;
   }
-  // TQ3: the step's first launch (no launch attribute), so a no-op; kept where v11 put it for the separate rotation.
-  if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   if constexpr (kImma) {
-    BuildTq3DigitFragments<kHeadDim, kHeadTiles, kWarps>(p, item, heads, q_frag, q_frag0, q_amax, q_rows);
+    BuildTq3DigitFragments<kHeadDim, kHeadTiles, kWarps>(p, heads, query_rows, q_frag, q_frag0, q_amax, q_rows);
   } else {
     BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
   }
