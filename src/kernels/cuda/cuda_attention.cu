@@ -639,36 +639,66 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
 // q_frag[k-step][lane] = {hi (k 2t, 2t + 1), hi (k 2t + 8, 2t + 9), lo ..., lo ...} of head g = lane / 4, the
 // reduction index k permuted by KDim (the key layout). v17: kHeadTiles 8-head tiles, q_frag[tile][k-step][lane]
 // (tile 1 = the CTA's query rows 8-15).
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
-__device__ inline void BuildQueryFragments(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
-                                           uint4* q_frag) {
-  constexpr int kMTiles = kHeadDim / 16;
-  for (int e = threadIdx.x; e < kHeadTiles * kMTiles * kWarpSize; e += kDecodeThreads) {
-    const int tile = kHeadTiles == 1 ? 0 : e / (kMTiles * kWarpSize);
+// v25: split in two so that the query's global loads go out before the prologue's page copies (behind them they
+// waited for the copies to drain): LoadQueryFragmentInputs reads this thread's query values into registers,
+// BuildQueryFragments (after the copies are issued) scales, splits and stores them.
+template <int kHeadDim, int kHeadTiles>
+struct QueryFragmentInputs {
+  static constexpr int kElems = kHeadTiles * (kHeadDim / 16) * kWarpSize / kDecodeThreads;  // fragments per thread
+  float v[kElems][4];  // [fragment][2 half + el]
+};
+// Fragment e = threadIdx.x + kDecodeThreads i: its query row and the dims of its four values (half, el).
+template <KvFormat kFormat, int kHeadDim>
+struct QueryFragmentPlace {
+  int row;
+  int dims[4];
+  __device__ QueryFragmentPlace(int e) {
+    constexpr int kMTiles = kHeadDim / 16;
+    const int tile = e / (kMTiles * kWarpSize);
     const int kstep = e / kWarpSize - tile * kMTiles;
     const int ln = e % kWarpSize;
-    const int row = kMaxGroup * tile + (ln >> 2);
+    row = kMaxGroup * tile + (ln >> 2);
     const int tt = ln & 3;
     const int block = kstep / 8;
     const int jj = kstep % 8;
-    const float* q_row =
-        row < heads.rows ? p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim : nullptr;
-    uint32_t regs[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // a0a1 (rho = 2 jj), a4a5 (rho = 2 jj + 1)
+#pragma unroll
+      for (int el = 0; el < 2; ++el) dims[2 * half + el] = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
+    }
+  }
+};
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+__device__ inline void LoadQueryFragmentInputs(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
+                                               QueryFragmentInputs<kHeadDim, kHeadTiles>& in) {
+#pragma unroll
+  for (int i = 0; i < in.kElems; ++i) {
+    const QueryFragmentPlace<kFormat, kHeadDim> place(threadIdx.x + kDecodeThreads * i);
+    const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + place.row) * kHeadDim;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) in.v[i][k] = place.row < heads.rows ? q_row[place.dims[k]] : 0.0f;
+  }
+}
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1>
+__device__ inline void BuildQueryFragments(const DecodeParams& p, const QueryFragmentInputs<kHeadDim, kHeadTiles>& in,
+                                           uint4* q_frag) {
+#pragma unroll
+  for (int i = 0; i < in.kElems; ++i) {
+    uint32_t regs[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
       uint16_t hi[2];
       uint16_t lo[2];
 #pragma unroll
       for (int el = 0; el < 2; ++el) {
-        const int dim = block * kBlockDims + KDim<kFormat>(tt, 2 * jj + half, el);
-        const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
+        const float v = in.v[i][2 * half + el] * p.q_scale;
         hi[el] = ToOperand<kFormat>(v);
         lo[el] = ToOperand<kFormat>(v - FromOperand<kFormat>(hi[el]));
       }
       regs[half] = Pack(hi[0], hi[1]);
       regs[2 + half] = Pack(lo[0], lo[1]);
     }
-    q_frag[e] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+    q_frag[threadIdx.x + kDecodeThreads * i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
   }
 }
 
@@ -710,21 +740,27 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   const int num_tiles = (num_pages - 1) * tiles_per_page + (item.last_tokens + kTile - 1) / kTile;
   const size_t page_bytes = p.layout.page_bytes();
   uint8_t* my_stages = stages_base + warp * L::kStages * L::kStageBytes;
-  auto tile_page = [&](int tile) {
-    return p.pages + size_t(p.page_ids[item.page_begin + tile / tiles_per_page]) * page_bytes;
-  };
-  // Prologue: the first kStages - 1 tiles of this warp in flight before anything else.
+  // Prologue: the first kStages - 1 tiles of this warp in flight before anything else; their page ids and the
+  // query loaded first (v25: one round trip for all of them, not one per tile and the query behind the copies).
+  QueryFragmentInputs<kHeadDim, kHeadTiles> query_inputs;
+  LoadQueryFragmentInputs<kFormat, kHeadDim, kHeadTiles>(p, item, heads, query_inputs);
+  int first_ids[L::kStages - 1];
+#pragma unroll
+  for (int s = 0; s < L::kStages - 1; ++s) {
+    const int tile = warp + kDecodeWarps * s;
+    first_ids[s] = tile < num_tiles ? p.page_ids[item.page_begin + tile / tiles_per_page] : 0;
+  }
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
     const int tile = warp + kDecodeWarps * s;
     if (tile < num_tiles) {
-      IssueTile<kFormat, kHeadDim>(my_stages + s * L::kStageBytes, tile_page(tile), p.layout, kv_head,
-                                   kTile * (tile % tiles_per_page), lane);
+      IssueTile<kFormat, kHeadDim>(my_stages + s * L::kStageBytes, p.pages + size_t(first_ids[s]) * page_bytes,
+                                   p.layout, kv_head, kTile * (tile % tiles_per_page), lane);
     }
     CpAsyncCommit();
   }
 
-  BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
+  BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, query_inputs, q_frag);
   __syncthreads();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
 
@@ -1610,7 +1646,12 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   // the wait is a no-op; it stays ahead of the query loads for the order's sake.
   if constexpr (kFormat == KvFormat::kTq3) WaitForPriorGrids();
   Tq3QueryRows<kHeadDim, kHeadTiles, kWarps> query_rows;
-  if constexpr (kImma) LoadTq3QueryRows(p, item, heads, query_rows);
+  QueryFragmentInputs<kHeadDim, kHeadTiles> query_inputs;  // FP8
+  if constexpr (kImma) {
+    LoadTq3QueryRows(p, item, heads, query_rows);
+  } else {
+    LoadQueryFragmentInputs<kFormat, kHeadDim, kHeadTiles>(p, item, heads, query_inputs);
+  }
   int first_ids[L::kStages - 1][kSub];
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) unit_page_ids(issue_tile + kWarps * s, first_ids[s]);
@@ -1623,7 +1664,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   if constexpr (kImma) {
     BuildTq3DigitFragments<kHeadDim, kHeadTiles, kWarps>(p, heads, query_rows, q_frag, q_frag0, q_amax, q_rows);
   } else {
-    BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, item, heads, q_frag);
+    BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, query_inputs, q_frag);
   }
   __syncthreads();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
