@@ -596,13 +596,17 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // The CTA's 4 warp states (staged in shared memory: out [warps][kMaxGroup] rows of kRowWords (dim d at
 // d + d / 32 with kPadded, else d), running max and sum [warps][kMaxGroup]) merged into one partial state per query
 // head of the group (FlashDecoding-style). The warps' weights are computed once per head (v12; v11 per element).
-// kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles).
+// kWarpRows = combine rows per warp (kMaxGroup; v17: 16 for two head tiles). v25: one warp per head (heads warp,
+// warp + kWarps, ...), its lanes over the dims: v12-v24 walked the heads one after another with all threads, a chain
+// of shared loads, exp2 / division / log2 per head that took most of the kernels' ~3 us epilogue. Same arithmetic in
+// the same order per element, so the same bits.
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup,
           int kWarps = kDecodeWarps>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
-  for (int h = 0; h < heads.rows; ++h) {
+  const int lane = threadIdx.x % kWarpSize;
+  for (int h = threadIdx.x / kWarpSize; h < heads.rows; h += kWarps) {
     float max_all = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kWarpRows + h]);
@@ -623,7 +627,7 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) weight[w] = 0.0f;
     }
-    for (int dim = threadIdx.x; dim < kHeadDim; dim += kWarps * kWarpSize) {
+    for (int dim = lane; dim < kHeadDim; dim += kWarpSize) {
       float out = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
@@ -631,7 +635,7 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
       }
       p.part_out[(state_base + h) * kHeadDim + dim] = out;
     }
-    if (threadIdx.x == 0) p.part_lse[state_base + h] = lse;
+    if (lane == 0) p.part_lse[state_base + h] = lse;
   }
 }
 
