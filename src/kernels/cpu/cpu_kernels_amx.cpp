@@ -400,7 +400,8 @@ struct alignas(64) Workspace {
   static constexpr int kColumnBlocks = ColumnBlocksFor(kRowCapacity);
   // Query parts as B tiles: [32-coordinate chunk][column block][row pair][32 bf16] (VNNI pairs).
   uint16_t q_tiles[kMaxHeadDim / kTileBf16][kColumnBlocks][kTileRows][kTileBf16];
-  // Expanded keys of one score tile: [key][expansion position].
+  // Expanded keys of one score tile: [key][expansion position]. Int8 keys (TQ3 scores on AMX-INT8) take half the
+  // bytes, so two tiles fit: the second one starts at byte kKeyTile * kMaxHeadDim (ScoreBlock's tile pairs).
   uint16_t key_tiles[kKeyTile][kMaxHeadDim];
   // Weight parts as A tiles: [32-key sub-block][row block][row p*R + r][key].
   uint16_t p_tiles[kBlockKeys / kValueKeys][kColumnBlocks][kTileRows][kTileBf16];
@@ -447,9 +448,93 @@ int ValueExpansionPosition(int e) {
   return base + 32 * z + 8 * (n / 4) + 4 * h + n % 4;
 }
 
+// The A tile of the score products for keys j0 .. j0 + keys_here - 1 of a block (keys_here <= kKeyTile): BF16
+// rows of a whole tile straight from the page; else the keys expanded into `tile` (rows of kMaxHeadDim
+// elements: bf16, or int8 units for kInt8), rows past keys_here zero. *a_base, *a_stride: where TILELOADD reads.
+template <typename Codec, bool kInt8>
+MINIMAKV_AMX_TARGET inline void PrepareKeyTile(const typename Codec::State& state, const Tq3Int8Amx::State& int8_state,
+                                               const uint8_t* keys, size_t key_bytes, int j0, int keys_here,
+                                               int head_dim, uint8_t* tile, const uint8_t** a_base,
+                                               size_t* a_stride) {
+  const size_t row_stride = (kInt8 ? sizeof(int8_t) : sizeof(uint16_t)) * kMaxHeadDim;
+  if (Codec::kFormat == KvFormat::kBf16 && keys_here == kKeyTile) {
+    *a_base = keys + size_t(j0) * key_bytes;  // BF16 rows are already A-tile rows
+    *a_stride = key_bytes;
+    return;
+  }
+  *a_base = tile;
+  *a_stride = row_stride;
+  const int steps = head_dim / Codec::kStepCoords;
+  for (int k = 0; k < kKeyTile; ++k) {
+    uint8_t* row = tile + size_t(k) * row_stride;
+    if (k < keys_here) {
+      const uint8_t* key = keys + size_t(j0 + k) * key_bytes;
+      if constexpr (kInt8) {
+        for (int s = 0; s < steps; ++s) _mm512_store_si512(row + kInt8TileCoords * s, Tq3Int8Amx::Expand(int8_state, key, s));
+      } else {
+        for (int s = 0; s < steps; ++s) {
+          __m512i x[Codec::kZmm];
+          Codec::Expand(state, key, s, x);
+          for (int z = 0; z < Codec::kZmm; ++z) {
+            _mm512_store_si512(row + sizeof(uint16_t) * size_t(s * Codec::kStepCoords + 32 * z), x[z]);
+          }
+        }
+      }
+    } else {
+      const int row_bytes = int(kInt8 ? sizeof(int8_t) : sizeof(uint16_t)) * head_dim;
+      for (int e = 0; e < row_bytes; e += kTileRowBytes) _mm512_store_si512(row + e, _mm512_setzero_si512());
+    }
+  }
+}
+
+// Scores of keys j0 .. j0 + keys_here - 1 from their C tiles, stored at ws.c_tiles[c0 + b] (column block b):
+// C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row (int8: the digit sums S2,
+// S1, S0, int32 bits moved as floats), times the key scale; and the block maximum of each row (the first pass of
+// the softmax, done here while the scores are in registers). Only the 3R columns in use are stored, so the
+// compiler drops the shuffles of the others (R = 6: 2 of block 1's 16 columns). Lanes past n are stored but
+// never read.
+template <typename Codec, int ROWS, bool kInt8>
+MINIMAKV_AMX_TARGET inline void FinishScoreTile(int c0, int j0, int keys_here, WorkspaceFor<ROWS>& ws) {
+  constexpr int kColumnBlocks = ColumnBlocksFor(ROWS);
+  for (int b = 0; b < kColumnBlocks; ++b) {
+    __m512 rows[16], cols[16];
+    for (int k = 0; k < 16; ++k) rows[k] = _mm512_load_ps(ws.c_tiles[c0 + b][k]);
+    Transpose16(rows, cols);
+    for (int c = 0; c < 16 && kTileCols * b + c < kQueryParts * ROWS; ++c) {
+      _mm512_store_ps(ws.transposed[kTileCols * b + c], cols[c]);
+    }
+  }
+  const __mmask16 valid = keys_here == kKeyTile ? __mmask16(0xFFFF) : __mmask16((1u << keys_here) - 1);
+  for (int r = 0; r < ROWS; ++r) {
+    __m512 s;
+    if constexpr (kInt8) {
+      // (65536 S2 + (256 S1 + S0)) times the row's fixed-point unit: 256 S1 + S0 exact in int32, 65536 S2
+      // exact in fp32 (|S2| < 2^24), one rounding for the low part's conversion and one for the sum.
+      const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ws.transposed[ROWS + r]), kDigitBits),
+                                           _mm512_load_si512(ws.transposed[r]));
+      const __m512 high = _mm512_cvtepi32_ps(_mm512_load_si512(ws.transposed[2 * ROWS + r]));
+      s = _mm512_fmadd_ps(high, _mm512_set1_ps(float(kDigitBase * kDigitBase)), _mm512_cvtepi32_ps(low));
+      s = _mm512_mul_ps(s, _mm512_set1_ps(ws.digit_scale[r]));
+    } else {
+      s = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(ws.transposed[2 * ROWS + r]), _mm512_load_ps(ws.transposed[ROWS + r])),
+                        _mm512_load_ps(ws.transposed[r]));
+    }
+    if constexpr (Codec::kFormat != KvFormat::kBf16) s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(valid, ws.key_scale + j0));
+    _mm512_storeu_ps(&ws.scores[r][j0], s);  // j0 + 16 <= kBlockKeys
+    const __m512 m = _mm512_load_ps(ws.block_max[r]);
+    _mm512_store_ps(ws.block_max[r], _mm512_mask_max_ps(m, valid, m, s));
+  }
+}
+
 // Scores of keys [0, n) of a block: ws.scores[r][j] = q_r . k_j times the key scale, and ws.block_max.
 // kInt8 (TQ3 only): keys as int8 units (Tq3Int8Amx), the query digits of ws.q_digits, TDPBSSD; int8_state is
 // used only then (the bf16 codec state `state` only otherwise).
+// Int8 scores with one column block (rows <= 5) take the keys two tiles at a time: both tiles' products share each
+// query tile load, and the two C tiles accumulate independently (a tile's products otherwise form one chain).
+// Session 11 (docs/BENCHMARKS.md section 3), in-process A/B at the Llama shape (TQ3 rows 4, d 128): 0.92 of the
+// time (one thread, 16K, 24 rounds, twice), 0.925 (two threads, 32K, 40 rounds); the same pairs measured 1.03 for
+// TQ3 at rows 6 d 256 (two column blocks: four C tiles), 1.07-1.10 for FP8 at rows 4 (bf16 keys, a 32-key
+// expansion before the first product) and 1.00 for FP8 at rows 6, so only this case pairs.
 template <typename Codec, int ROWS, bool kInt8 = false>
 MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const Tq3Int8Amx::State& int8_state,
                                     const uint8_t* keys, size_t key_bytes, const uint8_t* values, int n,
@@ -457,108 +542,81 @@ MINIMAKV_AMX_TARGET void ScoreBlock(const typename Codec::State& state, const Tq
   static_assert(!kInt8 || Codec::kFormat == KvFormat::kTq3, "int8 scores are for TQ3 keys");
   constexpr int kColumnBlocks = ColumnBlocksFor(ROWS);
   const int chunks = head_dim / (kInt8 ? kInt8TileCoords : kTileBf16);
-  const int steps = head_dim / Codec::kStepCoords;
-  // Key tile rows: bf16 expansions [key][kMaxHeadDim] or, for int8, bytes [key][kMaxHeadDim] in the same array.
-  const size_t row_stride = (kInt8 ? sizeof(int8_t) : sizeof(uint16_t)) * kMaxHeadDim;
-  uint8_t* const key_bytes_tile = reinterpret_cast<uint8_t*>(ws.key_tiles);
+  constexpr bool kPairTiles = kInt8 && kColumnBlocks == 1;
+  uint8_t* const tile_a = reinterpret_cast<uint8_t*>(ws.key_tiles);
+  uint8_t* const tile_b = tile_a + size_t(kKeyTile) * kMaxHeadDim;  // int8 rows: kMaxHeadDim bytes each
   for (int r = 0; r < ROWS; ++r) _mm512_store_ps(ws.block_max[r], _mm512_set1_ps(-INFINITY));
-  for (int j0 = 0; j0 < n; j0 += kKeyTile) {
-    const int keys_here = std::min(kKeyTile, n - j0);
-    // This tile's values are read by the value pass next: start fetching them now, a slice per chunk below.
-    const size_t value_tile_bytes = size_t(keys_here) * key_bytes;
-    const size_t value_slice_bytes = (value_tile_bytes + size_t(chunks) - 1) / size_t(chunks);
-    const uint8_t* a_base = reinterpret_cast<const uint8_t*>(ws.key_tiles);
-    size_t a_stride = row_stride;
-    if (Codec::kFormat == KvFormat::kBf16 && keys_here == kKeyTile) {
-      a_base = keys + size_t(j0) * key_bytes;  // BF16 rows are already A-tile rows
-      a_stride = key_bytes;
-    } else if constexpr (kInt8) {
-      for (int k = 0; k < kKeyTile; ++k) {
-        uint8_t* row = key_bytes_tile + size_t(k) * row_stride;
-        if (k < keys_here) {
-          const uint8_t* key = keys + size_t(j0 + k) * key_bytes;
-          for (int s = 0; s < steps; ++s) _mm512_store_si512(row + kInt8TileCoords * s, Tq3Int8Amx::Expand(int8_state, key, s));
-        } else {
-          for (int s = 0; s < steps; ++s) _mm512_store_si512(row + kInt8TileCoords * s, _mm512_setzero_si512());
-        }
-      }
+  // The query's column blocks of coordinate chunk c: int8 digits (TDPBSSD) or bf16 parts (TDPBF16PS).
+  const auto q_block = [&ws](int c, int b) -> const void* {
+    if constexpr (kInt8) {
+      return ws.q_digits[c][b];
     } else {
-      for (int k = 0; k < kKeyTile; ++k) {
-        if (k < keys_here) {
-          const uint8_t* key = keys + size_t(j0 + k) * key_bytes;
-          for (int s = 0; s < steps; ++s) {
-            __m512i x[Codec::kZmm];
-            Codec::Expand(state, key, s, x);
-            for (int z = 0; z < Codec::kZmm; ++z) _mm512_store_si512(&ws.key_tiles[k][s * Codec::kStepCoords + 32 * z], x[z]);
-          }
-        } else {
-          for (int e = 0; e < head_dim; e += kTileBf16) _mm512_store_si512(&ws.key_tiles[k][e], _mm512_setzero_si512());
+      return ws.q_tiles[c][b];
+    }
+  };
+  for (int j0 = 0; j0 < n;) {
+    const int keys_here = std::min(kKeyTile, n - j0);
+    if (!kPairTiles || n - j0 <= kKeyTile) {
+      // This tile's values are read by the value pass next: start fetching them now, a slice per chunk below.
+      const size_t value_tile_bytes = size_t(keys_here) * key_bytes;
+      const size_t value_slice_bytes = (value_tile_bytes + size_t(chunks) - 1) / size_t(chunks);
+      const uint8_t* a_base;
+      size_t a_stride;
+      PrepareKeyTile<Codec, kInt8>(state, int8_state, keys, key_bytes, j0, keys_here, head_dim, tile_a, &a_base,
+                                   &a_stride);
+      // C tiles 0, 1, 3 (column blocks 0, 1, 2), A tile 2, B tiles 4, 5, 6.
+      TileZero<0>();
+      if constexpr (kColumnBlocks >= 2) TileZero<1>();
+      if constexpr (kColumnBlocks == 3) TileZero<3>();
+      for (int c = 0; c < chunks; ++c) {
+        PrefetchL2Slice(values + size_t(j0) * key_bytes, value_tile_bytes, size_t(c), value_slice_bytes);
+        const size_t offset = size_t(c) * kTileRowBytes;
+        TileLoad<2>(a_base + offset, a_stride);
+        TileLoad<4>(q_block(c, 0), kTileRowBytes);
+        TileProduct<kInt8, 0, 2, 4>();
+        if constexpr (kColumnBlocks >= 2) {
+          TileLoad<5>(q_block(c, 1), kTileRowBytes);
+          TileProduct<kInt8, 1, 2, 5>();
+        }
+        if constexpr (kColumnBlocks == 3) {
+          TileLoad<6>(q_block(c, 2), kTileRowBytes);
+          TileProduct<kInt8, 3, 2, 6>();
         }
       }
+      TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
+      if constexpr (kColumnBlocks >= 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
+      if constexpr (kColumnBlocks == 3) TileStore<3>(ws.c_tiles[2], kTileCols * sizeof(float));
+      FinishScoreTile<Codec, ROWS, kInt8>(0, j0, keys_here, ws);
+      j0 += kKeyTile;
+      continue;
     }
-    // C tiles 0, 1, 3 (column blocks 0, 1, 2), A tile 2, B tiles 4, 5, 6.
-    TileZero<0>();
-    if constexpr (kColumnBlocks >= 2) TileZero<1>();
-    if constexpr (kColumnBlocks == 3) TileZero<3>();
-    for (int c = 0; c < chunks; ++c) {
-      PrefetchL2Slice(values + size_t(j0) * key_bytes, value_tile_bytes, size_t(c), value_slice_bytes);
-      const size_t offset = size_t(c) * kTileRowBytes;
-      TileLoad<2>(a_base + offset, a_stride);
-      // The query's column blocks of this coordinate chunk: int8 digits (TDPBSSD) or bf16 parts (TDPBF16PS).
-      const void* q_block[kColumnBlocks];
-      for (int b = 0; b < kColumnBlocks; ++b) {
-        if constexpr (kInt8) {
-          q_block[b] = ws.q_digits[c][b];
-        } else {
-          q_block[b] = ws.q_tiles[c][b];
-        }
+    if constexpr (kPairTiles) {
+      // Two tiles: keys j0 .. j0 + 15 (A tile 2, C tile 0) and the next up to 16 (A tile 3, C tile 1); B tile 4.
+      const int keys_b = std::min(kKeyTile, n - j0 - kKeyTile);
+      const size_t value_pair_bytes = size_t(keys_here + keys_b) * key_bytes;
+      const size_t value_slice_bytes = (value_pair_bytes + size_t(chunks) - 1) / size_t(chunks);
+      const uint8_t *a_base, *b_base;
+      size_t a_stride, b_stride;
+      PrepareKeyTile<Codec, kInt8>(state, int8_state, keys, key_bytes, j0, keys_here, head_dim, tile_a, &a_base,
+                                   &a_stride);
+      PrepareKeyTile<Codec, kInt8>(state, int8_state, keys, key_bytes, j0 + kKeyTile, keys_b, head_dim, tile_b,
+                                   &b_base, &b_stride);
+      TileZero<0>();
+      TileZero<1>();
+      for (int c = 0; c < chunks; ++c) {
+        PrefetchL2Slice(values + size_t(j0) * key_bytes, value_pair_bytes, size_t(c), value_slice_bytes);
+        const size_t offset = size_t(c) * kTileRowBytes;
+        TileLoad<2>(a_base + offset, a_stride);
+        TileLoad<4>(q_block(c, 0), kTileRowBytes);
+        TileLoad<3>(b_base + offset, b_stride);
+        TileProduct<kInt8, 0, 2, 4>();
+        TileProduct<kInt8, 1, 3, 4>();
       }
-      TileLoad<4>(q_block[0], kTileRowBytes);
-      TileProduct<kInt8, 0, 2, 4>();
-      if constexpr (kColumnBlocks >= 2) {
-        TileLoad<5>(q_block[1], kTileRowBytes);
-        TileProduct<kInt8, 1, 2, 5>();
-      }
-      if constexpr (kColumnBlocks == 3) {
-        TileLoad<6>(q_block[2], kTileRowBytes);
-        TileProduct<kInt8, 3, 2, 6>();
-      }
-    }
-    TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
-    if constexpr (kColumnBlocks >= 2) TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
-    if constexpr (kColumnBlocks == 3) TileStore<3>(ws.c_tiles[2], kTileCols * sizeof(float));
-    // C[key][column] -> transposed[column][key]; score = lo + mid + hi parts of the row (int8: the digit sums
-    // S2, S1, S0, int32 bits moved as floats). Only the 3R columns in use are stored, so the compiler drops the
-    // shuffles of the others (R = 6: 2 of block 1's 16 columns).
-    for (int b = 0; b < kColumnBlocks; ++b) {
-      __m512 rows[16], cols[16];
-      for (int k = 0; k < 16; ++k) rows[k] = _mm512_load_ps(ws.c_tiles[b][k]);
-      Transpose16(rows, cols);
-      for (int c = 0; c < 16 && kTileCols * b + c < kQueryParts * ROWS; ++c) {
-        _mm512_store_ps(ws.transposed[kTileCols * b + c], cols[c]);
-      }
-    }
-    // Scores times the key scales, and the block maximum of each row (the first pass of the softmax, done
-    // here while the scores are in registers). Lanes past n are stored but never read.
-    const __mmask16 valid = keys_here == kKeyTile ? __mmask16(0xFFFF) : __mmask16((1u << keys_here) - 1);
-    for (int r = 0; r < ROWS; ++r) {
-      __m512 s;
-      if constexpr (kInt8) {
-        // (65536 S2 + (256 S1 + S0)) times the row's fixed-point unit: 256 S1 + S0 exact in int32, 65536 S2
-        // exact in fp32 (|S2| < 2^24), one rounding for the low part's conversion and one for the sum.
-        const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ws.transposed[ROWS + r]), kDigitBits),
-                                             _mm512_load_si512(ws.transposed[r]));
-        const __m512 high = _mm512_cvtepi32_ps(_mm512_load_si512(ws.transposed[2 * ROWS + r]));
-        s = _mm512_fmadd_ps(high, _mm512_set1_ps(float(kDigitBase * kDigitBase)), _mm512_cvtepi32_ps(low));
-        s = _mm512_mul_ps(s, _mm512_set1_ps(ws.digit_scale[r]));
-      } else {
-        s = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(ws.transposed[2 * ROWS + r]), _mm512_load_ps(ws.transposed[ROWS + r])),
-                          _mm512_load_ps(ws.transposed[r]));
-      }
-      if constexpr (Codec::kFormat != KvFormat::kBf16) s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(valid, ws.key_scale + j0));
-      _mm512_storeu_ps(&ws.scores[r][j0], s);  // j0 + 16 <= kBlockKeys
-      const __m512 m = _mm512_load_ps(ws.block_max[r]);
-      _mm512_store_ps(ws.block_max[r], _mm512_mask_max_ps(m, valid, m, s));
+      TileStore<0>(ws.c_tiles[0], kTileCols * sizeof(float));
+      TileStore<1>(ws.c_tiles[1], kTileCols * sizeof(float));
+      FinishScoreTile<Codec, ROWS, kInt8>(0, j0, keys_here, ws);
+      FinishScoreTile<Codec, ROWS, kInt8>(1, j0 + kKeyTile, keys_b, ws);
+      j0 += 2 * kKeyTile;
     }
   }
 }
