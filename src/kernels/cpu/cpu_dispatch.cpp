@@ -101,16 +101,16 @@ CpuTq3Values EnvironmentTq3Values() {
 //   tq3  d256  1.06 1.05 | 0.99 | - | - | - | - | - | -
 // Rule: a cell leaves the family auto ran before (AVX-512 for BF16, AMX for FP8 and TQ3) only when the median
 // of its runs (of two: the mean) is at least 3% (the A/B noise) in favour of the other; an unmeasured row
-// (BF16 3, 5, 7) takes the neighbour that keeps the previous family. One override: FP8 at the Qwen3.6-27B shape
-// (rows 6, d 256) runs AVX-512 although the A/B above favours AMX, because `minimakv bench --shape qwen3.6-27b
-// --context 16384 --isa amx,avx512 --paths fp8` measured AMX 5-50% slower in all of its 8 runs (1 and 2
-// threads, 18:49-18:56 UTC). On the quiet machine (load 0.7-1.5, 19:23-19:31 UTC) the same command with
-// `--paths fp8` had AMX faster (3874 / 3472 / 4407 us against 4339 / 4097 / 4473), but all four paths
-// interleaved (`--isa auto,avx512`, the Minima-like setting) had AMX FP8 slower again in 4 of 4 runs (5304 /
-// 5728 / 5844 / 5578 against 4760 / 5209 / 5357 / 5473 us); the override stays, the cause is open
-// (docs/cpu-notes.md). Decode rows
+// (BF16 3, 5, 7) takes the neighbour that keeps the previous family. FP8 at the Qwen3.6-27B shape (rows 6,
+// d 256) ran AVX-512 by an override from session 7 to session 10, because bench runs with all four paths
+// interleaved had AMX FP8 slower then (docs/cpu-notes.md). Session 11 (docs/BENCHMARKS.md section 3), `minimakv
+// bench --shape qwen3.6-27b --context 32768 --threads 2 --isa avx512,amx`, all paths interleaved, 14:00 UTC: AMX
+// FP8 0.86-0.90 of the AVX-512 FP8 time at batch 1 (3 runs; 1.08-1.16x the BF16 speed) but 1.04-1.08 at batch 4
+// (2 runs), and the Minima path with its FP8 pages on AMX too 0.74-0.95 of its time with them on AVX-512 (5 runs,
+// batch 1); so the letter is A again (batch 1 and the Minima path weigh more than FP8 alone at batch 4).
+// Decode rows
 // = the GQA group: Llama-3-8B (group 4, d 128) runs AVX-512 BF16 and AMX FP8 / TQ3 as before, Qwen3.6-27B
-// AVX-512 BF16 and FP8, AMX TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
+// AVX-512 BF16, AMX FP8 and TQ3. Other changes: FP8 row 1 at d 128, rows 1-3 at d 64 and rows 1-2 at d 256 to
 // AVX-512; BF16 rows 1-4 at d 256 and row 8 at d 64 to AMX; since session 6 TQ3 row 1 (every head_dim) to
 // AVX-512 (these TQ3 letters hold for bf16 scores; with int8 scores, the default since session 8, every TQ3
 // row runs AMX: AutoIsa).
@@ -129,7 +129,7 @@ constexpr int kTableRows = kMaxTaskRows;
 constexpr char kAutoTable[3][3][kTableRows + 1] = {
     // rows 1..8 | 9..16, per head_dim 64 / 128 / 256
     {"VVVVVVVAAAAAAAAA", "VVVVVVVVAAAAAAAA", "AAAAVVVVAAAAAAAA"},  // bf16
-    {"VVVAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA", "VVAAAVAAAAAAAAAA"},  // fp8 (d 256 row 6: the bench-level override below)
+    {"VVVAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA", "VVAAAAAAAAAAAAAA"},  // fp8
     {"VAAAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA", "VAAAAAAAAAAAAAAA"},  // tq3
 };
 // (format, head_dim, rows) -> the family kAutoTable names; head_dim outside 64/128/256 or rows outside

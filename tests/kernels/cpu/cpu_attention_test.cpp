@@ -674,7 +674,7 @@ TEST(CpuDispatch, AutoChoosesPerShapeAsMeasured) {
   };
   const Expected expected[] = {
     {KvFormat::kBf16, 4, 128, "avx512"}, {KvFormat::kFp8, 4, 128, "amx"}, {KvFormat::kTq3, 4, 128, "amx"},  // Llama
-    {KvFormat::kBf16, 6, 256, "avx512"}, {KvFormat::kFp8, 6, 256, "avx512"}, {KvFormat::kTq3, 6, 256, "amx"},  // Qwen
+    {KvFormat::kBf16, 6, 256, "avx512"}, {KvFormat::kFp8, 6, 256, "amx"},  {KvFormat::kTq3, 6, 256, "amx"},  // Qwen
     {KvFormat::kFp8, 1, 128, "avx512"},  {KvFormat::kFp8, 2, 128, "amx"},  {KvFormat::kFp8, 2, 256, "avx512"},
     {KvFormat::kFp8, 3, 64, "avx512"},   {KvFormat::kFp8, 3, 256, "amx"},  {KvFormat::kFp8, 8, 64, "amx"},
     {KvFormat::kFp8, 5, 256, "amx"},     {KvFormat::kFp8, 7, 256, "amx"},
