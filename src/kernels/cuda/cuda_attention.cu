@@ -1198,12 +1198,21 @@ __device__ inline void LoadTq3QueryRows(const DecodeParams& p, const CudaWorkIte
 #pragma unroll
   for (int j = 0; j < rows.kRowsPerWarp; ++j) {
     const int row = warp + kWarps * j;
-    if (row < kMaxGroup * kHeadTiles && row < heads.rows) {
-      const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + row) * kHeadDim;
+    const bool real = row < kMaxGroup * kHeadTiles && row < heads.rows;  // else zeros (rotated: zeros, amax 0)
+    const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + (real ? row : 0)) * kHeadDim;
 #pragma unroll
-      for (int k = 0; k < kHeadDim / kWarpSize; ++k) rows.v[j][k] = q_row[lane + kWarpSize * k];
-    }
+    for (int k = 0; k < kHeadDim / kWarpSize; ++k) rows.v[j][k] = real ? q_row[lane + kWarpSize * k] : 0.0f;
   }
+}
+// Where coordinate dim of rotated query row `row` sits in the CTA's q_rows (v25): 4-float chunks XOR-swizzled within
+// their 32-float group, chunk c -> c ^ (4 (row & 1) + (c / 8) % 4), so that the digit builder's float4 reads (lane
+// (row, tt) reads dims 32 tt + 8 r + 4 j) fall in 8 different bank groups per quarter warp; unswizzled every lane of
+// a warp read the same bank (a 32-way conflict on each of its 16 scalar loads, most of the TQ3 prologue at d 256).
+template <int kHeadDim>
+__device__ inline int RotatedQueryIndex(int row, int dim) {
+  const int chunk = dim >> 2;
+  const int swizzled = chunk ^ (((row & 1) << 2) | ((chunk >> 3) & 3));
+  return row * kHeadDim + (swizzled << 2) + (dim & 3);
 }
 template <int kHeadDim, int kHeadTiles = 1, int kWarps = kDecodeWarps>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadTile& heads,
@@ -1211,37 +1220,43 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  // Row r of the group, rotated, at q_rows + r kHeadDim.
-  auto rotated_row = [&](int row) -> const float* { return q_rows + row * kHeadDim; };
+  constexpr int kRowsPerWarp = query.kRowsPerWarp;
+  constexpr int kPerLane = kHeadDim / kWarpSize;
+  // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
+  // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
+  // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576). v25: a
+  // warp's rows side by side (independent shuffle chains); rows past heads.rows hold zeros (LoadTq3QueryRows).
+  if (warp < kMaxGroup * kHeadTiles) {  // (wide CTAs: warps past the rows have none)
+    float v[kRowsPerWarp][kPerLane];
 #pragma unroll
-  for (int j = 0; j < query.kRowsPerWarp; ++j) {
-    const int row = warp + kWarps * j;
-    if (row >= kMaxGroup * kHeadTiles) break;
-    float amax = 0.0f;
-    if (row < heads.rows) {
-      // q' = H D q / sqrt(d), one warp per row: signs, Hadamard butterfly and scaling in the CPU's order
-      // (cuda_warp_rotation.cuh), so the rotated values are bit-identical to HadamardRotation::Forward's. v12 / v14:
-      // 1.0-1.7% faster per step than a separate rotation kernel the TQ3 kernel waited for (code at c09f576).
-      constexpr int kPerLane = kHeadDim / kWarpSize;
-      float v[kPerLane];
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) v[j][k] = query.v[j][k] * cuda_detail::SignOf(p.signs, lane + kWarpSize * k);
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) cuda_detail::WarpFwht<kHeadDim>(v[j], lane);
+    float amax[kRowsPerWarp];
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int row = warp + kWarps * j;
+      amax[j] = 0.0f;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
-        const int i = lane + kWarpSize * k;
-        v[k] = query.v[j][k] * cuda_detail::SignOf(p.signs, i);
-      }
-      cuda_detail::WarpFwht<kHeadDim>(v, lane);
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        v[k] = v[k] * p.inv_sqrt_dim;
-        q_rows[row * kHeadDim + lane + kWarpSize * k] = v[k];
-        amax = fmaxf(amax, fabsf(v[k] * p.q_scale));
+        const float x = v[j][k] * p.inv_sqrt_dim;
+        if (row < kMaxGroup * kHeadTiles) q_rows[RotatedQueryIndex<kHeadDim>(row, lane + kWarpSize * k)] = x;
+        amax[j] = fmaxf(amax[j], fabsf(x * p.q_scale));
       }
     }
 #pragma unroll
     for (int offset = 1; offset < kWarpSize; offset *= 2) {
-      amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, offset));
+#pragma unroll
+      for (int j = 0; j < kRowsPerWarp; ++j) amax[j] = fmaxf(amax[j], __shfl_xor_sync(kFullWarpMask, amax[j], offset));
     }
-    if (lane == 0) q_amax[row] = amax;
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int row = warp + kWarps * j;
+      if (lane == 0 && row < kMaxGroup * kHeadTiles) q_amax[row] = amax[j];
+    }
   }
   __syncthreads();
   constexpr int kSteps = kHeadDim / 32;
@@ -1253,7 +1268,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
     const int tt = ln & 3;
     const int block = kstep / 4;
     const int r = kstep % 4;
-    const float* q_row = row < heads.rows ? rotated_row(row) : nullptr;
+    const bool real_row = row < heads.rows;
     const float amax = q_amax[row];
     const float to_fixed = amax > 0.0f ? float(kTq3QueryFixedMax) / amax : 0.0f;
     uint32_t d2[2] = {0u, 0u};
@@ -1262,12 +1277,15 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
     constexpr int kHalf = kTq3DigitBase / 2;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
+      // (head_dim 64, v16: k-step r of thread tt = selector word 2 (tt & 1) + r of group tt / 2.)
+      const int dim0 = kHeadDim == 64 ? 32 * (tt >> 1) + 8 * (2 * (tt & 1) + kstep) + 4 * j
+                                      : block * kBlockDims + 32 * tt + 8 * r + 4 * j;
+      const float4 quad = real_row ? *reinterpret_cast<const float4*>(q_rows + RotatedQueryIndex<kHeadDim>(row, dim0))
+                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float values[4] = {quad.x, quad.y, quad.z, quad.w};  // dims dim0 .. dim0 + 3
 #pragma unroll
       for (int byte = 0; byte < 4; ++byte) {
-        // (head_dim 64, v16: k-step r of thread tt = selector word 2 (tt & 1) + r of group tt / 2.)
-        const int dim = kHeadDim == 64 ? 32 * (tt >> 1) + 8 * (2 * (tt & 1) + kstep) + 4 * j + byte
-                                       : block * kBlockDims + 32 * tt + 8 * r + 4 * j + byte;
-        const float v = q_row ? q_row[dim] * p.q_scale : 0.0f;
+        const float v = values[byte] * p.q_scale;
         const int fixed = min(max(__float2int_rn(v * to_fixed), -kTq3QueryFixedMax), kTq3QueryFixedMax);
         // Floor divisions (arithmetic shifts) with the lower digits centred: q1, q0 in [-128, 127].
         const int q2 = (fixed + kHalf * kTq3DigitBase + kHalf) >> (2 * kTq3DigitBits);
@@ -1530,7 +1548,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   constexpr bool kLazyMax = kFormat == KvFormat::kTq3 || (kLazyFp8 && (kHeadTiles == 2 || kHeadDim == 64));
   __shared__ Tq3DigitTables shared_digits[kImma ? kWarpSize : 1];
   __shared__ float q_amax[kRows];
-  __shared__ float q_rows[kImma ? kRows * kHeadDim : 1];  // the CTA's rotated query rows
+  __shared__ __align__(16) float q_rows[kImma ? kRows * kHeadDim : 1];  // the CTA's rotated query rows
   if (kImma && threadIdx.x < kWarpSize) shared_digits[threadIdx.x] = MakeTq3DigitTables();
 
   const int page_tokens = p.layout.page_tokens;
