@@ -382,7 +382,7 @@ MINIMAKV_AVX512_TARGET void AccumulateValues(const typename Codec::State& state,
 // rows runs two row groups (each unpacks every value again). FP8 at 5-6 rows runs one pass of ROWS x 4
 // accumulators (24 + 4 value registers + the weight; the compiler takes one half of each byte table from memory,
 // no accumulator spills): session 11's in-process A/B at the Qwen3.6-27B shape (rows 6, d 256, 32K, 2 threads,
-// median of 20 rounds) measured 0.90-0.92 of the time of two row groups (4 + 2) at batch 1 and 4.
+// median of 20 rounds, 4 runs) measured 0.82-0.93 of the time of two row groups (4 + 2) at batch 1 and 4.
 template <typename Codec, int ROWS>
 MINIMAKV_AVX512_TARGET void ValueBlock(const typename Codec::State& state, const uint8_t* values,
                                        size_t value_bytes, int n, int head_dim, const uint8_t* next_keys,
