@@ -1176,12 +1176,6 @@ __device__ inline void MmaS8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Query digit fragments for the integer score MMAs, once per CTA in shared memory: q_frag[k-step][lane] = {q2 b0,
-// q2 b1, q1 b0, q1 b1}, q_frag0[k-step][lane] = {q0 b0, q0 b1} of head g = lane / 4 for k-step (block, r) =
-// 4 block + r, where byte e of b0 (b1) is dim 128 block + 32 t + 8 r + e (+ 4): the order in which selector word r
-// of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
-// coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
-// v17: kHeadTiles 8-head tiles: rows 8 tile + g, fragments [tile][k-step][lane] (q_frag0 likewise).
 // The raw query values a warp rotates in BuildTq3DigitFragments (rows warp, warp + kWarps, ...; lane + 32 k of each),
 // loaded by LoadTq3QueryRows before the prologue's page copies are issued (v25): behind ~70 KB of copies per CTA the
 // loads waited for the copies to drain (TQ3 prologue ~7 us at batch 8 against ~5 us for FP8, v25 timeline).
@@ -1214,6 +1208,12 @@ __device__ inline int RotatedQueryIndex(int row, int dim) {
   const int swizzled = chunk ^ (((row & 1) << 2) | ((chunk >> 3) & 3));
   return row * kHeadDim + (swizzled << 2) + (dim & 3);
 }
+// Query digit fragments for the integer score MMAs, once per CTA in shared memory: q_frag[k-step][lane] = {q2 b0,
+// q2 b1, q1 b0, q1 b1}, q_frag0[k-step][lane] = {q0 b0, q0 b1} of head g = lane / 4 for k-step (block, r) =
+// 4 block + r, where byte e of b0 (b1) is dim 128 block + 32 t + 8 r + e (+ 4): the order in which selector word r
+// of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
+// coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
+// v17: kHeadTiles 8-head tiles: rows 8 tile + g, fragments [tile][k-step][lane] (q_frag0 likewise).
 template <int kHeadDim, int kHeadTiles = 1, int kWarps = kDecodeWarps>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadTile& heads,
                                               const Tq3QueryRows<kHeadDim, kHeadTiles, kWarps>& query,
