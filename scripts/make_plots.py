@@ -3,6 +3,8 @@
   capacity.svg     concurrent requests vs context, BF16 / FP8 / Minima-KV (`minimakv plan --json`, the paper's inputs)
   kld_vs_bits.svg  KL divergence vs stored bits per KV value, minimakv modes beside llama.cpp KV types (docs/data/kld.csv)
   gpu_decode.svg   H200 decode-step time vs context per format at batch 8 (newest docs/cuda-bench-v*.csv)
+  gpu_step_parts.svg  where a TQ3 decode step's time goes, session-9 kernels against session-11 ones (per-CTA
+                   timelines: bench/cuda/timeline-v23-s11.csv, bench/cuda/timeline-v25.csv)
   niah_depth.svg   passkey accuracy per needle depth and mode (docs/data/niah_answers_*.jsonl, `eval niah --answers-out`)
 A figure whose data is missing is skipped with a note. Needs matplotlib (Debian: apt-get install python3-matplotlib).
 Usage: python3 scripts/make_plots.py [--minimakv build/release/bin/minimakv]
@@ -136,6 +138,57 @@ def plot_gpu(batch=8):
     save(fig, "gpu_decode.svg")
 
 
+# Timeline CSVs of `minimakv_cuda_bench --timeline` (medians over steps, us from the end of the L2 flush), and the
+# step parts they give for one format's step: launch (flush end -> first CTA), prologue and epilogue (median CTA),
+# key loop (median CTA), the ragged end (last CTA exit beyond the median CTA's), the merge (last partial exit ->
+# step end, its launch gap included).
+STEP_TIMELINES = [("v23 (session 9)", "bench/cuda/timeline-v23-s11.csv"), ("v25 (session 11)", "bench/cuda/timeline-v25.csv")]
+STEP_POINTS = [("qwen3.6-27b", 32768, 8), ("llama3-8b", 32768, 8), ("llama3-8b", 32768, 1)]
+STEP_PARTS = [("launch", "#bbbbbb"), ("prologue", "#ff7f0e"), ("key loop (median CTA)", "#d62728"),
+              ("epilogue", "#9467bd"), ("ragged end", "#f7b6d2"), ("merge", "#2ca02c")]
+
+
+def step_parts(metrics, fmt):
+    m = lambda name: metrics[name]  # noqa: E731
+    launch = m("flush end -> first partial start")
+    prologue, loop, epilogue = m(f"{fmt} prologue med"), m(f"{fmt} loop med"), m(f"{fmt} epilogue med")
+    median_cta_end = m(f"{fmt} first start") + prologue + loop + epilogue
+    ragged = max(m(f"{fmt} last exit") - median_cta_end, 0.0)
+    merge = m("step (events)") - m(f"{fmt} last exit")
+    return [launch, prologue, loop, epilogue, ragged, merge]
+
+
+def plot_gpu_step_parts(fmt="tq3"):
+    tables = []
+    for label, rel in STEP_TIMELINES:
+        path = os.path.join(ROOT, rel)
+        if not os.path.exists(path):
+            print(f"skip gpu_step_parts.svg: no {rel}")
+            return
+        metrics = {}
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                metrics[(r["shape"], int(r["context"]), int(r["batch"]), r["format"], r["metric"])] = float(r["median_us"])
+        tables.append((label, metrics))
+    fig, axes = plt.subplots(1, len(STEP_POINTS), figsize=(5.0 * len(STEP_POINTS), 2.6), squeeze=False)
+    for ax, (shape, ctx, batch) in zip(axes[0], STEP_POINTS):
+        for y, (label, metrics) in enumerate(tables):
+            point = {k[4]: v for k, v in metrics.items() if k[:4] == (shape, ctx, batch, fmt)}
+            left = 0.0
+            for (name, color), width in zip(STEP_PARTS, step_parts(point, fmt)):
+                ax.barh(y, width, left=left, color=color, label=name if y == 0 else None)
+                left += width
+            ax.text(left, y, f" {point['step (events)']:.1f} us", va="center", fontsize=8)
+        ax.set_yticks(range(len(tables)), [t[0] for t in tables])
+        ax.set_xlabel("us (median of 20 steps)")
+        ax.set_title(f"{shape} {ctx // 1024}K, batch {batch}, {fmt}")
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.15)
+    axes[0][0].legend(loc="upper center", bbox_to_anchor=(1.7, -0.35), ncol=len(STEP_PARTS), fontsize=8)
+    fig.suptitle("H200: where a TQ3 decode step's time goes (per-CTA timelines)", y=1.04)
+    fig.subplots_adjust(wspace=0.45)
+    save(fig, "gpu_step_parts.svg")
+
+
 def plot_niah():
     paths = sorted(glob.glob(os.path.join(DOCS, "data", "niah_answers_*.jsonl")))
     if not paths:
@@ -172,6 +225,7 @@ def main():
     plot_capacity(args.minimakv)
     plot_kld()
     plot_gpu()
+    plot_gpu_step_parts()
     plot_niah()
     return 0
 
