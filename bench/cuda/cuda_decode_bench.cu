@@ -142,6 +142,12 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
 }
 
+// The SM clock over a partial kernel's key loop (cycles of the CTA's SM over its loop time); 0 for the merge.
+double LoopMhz(const CudaCtaTimes& r) {
+  const double ns = double(r.loop_end_ns - r.ready_ns);
+  return r.loop_end_clk > r.ready_clk && ns > 0.0 ? double(r.loop_end_clk - r.ready_clk) / ns * 1e3 : 0.0;
+}
+
 // One --timeline step's records -> metrics (us; times relative to flush_end_ns).
 void AddStepMetrics(const std::vector<CudaCtaTimes>& records, uint64_t flush_end_ns, double step_us, Metrics* m) {
   const char* kNames[kCudaTimelineKernels] = {"bf16", "fp8", "tq3", "merge"};
@@ -150,7 +156,7 @@ void AddStepMetrics(const std::vector<CudaCtaTimes>& records, uint64_t flush_end
   double first_partial_start = 1e30, last_partial_exit = -1e30;
   uint64_t resolution_ns = ~0ull;
   for (int k = 0; k < kCudaTimelineKernels; ++k) {
-    std::vector<double> start, ready, prologue, loop, warp_spread, epilogue, exits;
+    std::vector<double> start, ready, prologue, loop, warp_spread, epilogue, exits, loop_mhz;
     std::vector<int> per_sm(1024, 0);
     for (int c = 0; c < kCudaTimelineMaxCtas; ++c) {
       const CudaCtaTimes& r = records[size_t(k) * kCudaTimelineMaxCtas + c];
@@ -160,6 +166,7 @@ void AddStepMetrics(const std::vector<CudaCtaTimes>& records, uint64_t flush_end
       prologue.push_back(double(r.ready_ns - r.start_ns) * 1e-3);
       loop.push_back(double(r.loop_end_ns - r.ready_ns) * 1e-3);
       if (k != kCudaTimelineMerge) warp_spread.push_back(double(r.loop_end_ns - r.first_warp_ns) * 1e-3);
+      if (k != kCudaTimelineMerge) loop_mhz.push_back(LoopMhz(r));
       epilogue.push_back(double(r.exit_ns - r.loop_end_ns) * 1e-3);
       exits.push_back(us(r.exit_ns));
       per_sm[r.sm % 1024]++;
@@ -186,6 +193,10 @@ void AddStepMetrics(const std::vector<CudaCtaTimes>& records, uint64_t flush_end
     m->Add(n + " loop med", Percentile(loop, 0.5));
     m->Add(n + " loop max", Percentile(loop, 1.0));
     if (!warp_spread.empty()) m->Add(n + " warp spread med", Percentile(warp_spread, 0.5));
+    if (!loop_mhz.empty()) {
+      m->Add(n + " loop SM MHz min", Percentile(loop_mhz, 0.0));
+      m->Add(n + " loop SM MHz med", Percentile(loop_mhz, 0.5));
+    }
     m->Add(n + " epilogue med", Percentile(epilogue, 0.5));
     m->Add(n + " epilogue max", Percentile(epilogue, 1.0));
     m->Add(n + " first exit", Percentile(exits, 0.0));
@@ -349,7 +360,7 @@ int main(int argc, char** argv) {
     // Session 8: every CTA of every --timeline step (which SM, how long its key loop took), for per-SM analysis.
     timeline_ctas_csv = std::fopen((std::string(csv_path) + ".ctas.csv").c_str(), "w");
     if (timeline_ctas_csv) {
-      std::fprintf(timeline_ctas_csv, "shape,context,batch,format,step,kernel,cta,sm,start_us,prologue_us,loop_us,exit_us\n");
+      std::fprintf(timeline_ctas_csv, "shape,context,batch,format,step,kernel,cta,sm,start_us,prologue_us,loop_us,exit_us,loop_mhz\n");
     }
   }
   auto flush_l2 = [&]() {
@@ -524,11 +535,11 @@ int main(int argc, char** argv) {
                 for (size_t i = 0; i < records.size(); ++i) {
                   const CudaCtaTimes& t = records[i];
                   if (!t.written) continue;
-                  std::fprintf(timeline_ctas_csv, "%s,%d,%d,%s,%d,%s,%zu,%u,%.3f,%.3f,%.3f,%.3f\n", shape.name, ctx,
+                  std::fprintf(timeline_ctas_csv, "%s,%d,%d,%s,%d,%s,%zu,%u,%.3f,%.3f,%.3f,%.3f,%.0f\n", shape.name, ctx,
                                batch, variant.name, r, kKernelNames[i / kCudaTimelineMaxCtas], i % kCudaTimelineMaxCtas,
                                t.sm, double(int64_t(t.start_ns - flush_end_ns)) * 1e-3,
                                double(t.ready_ns - t.start_ns) * 1e-3, double(t.loop_end_ns - t.ready_ns) * 1e-3,
-                               double(int64_t(t.exit_ns - flush_end_ns)) * 1e-3);
+                               double(int64_t(t.exit_ns - flush_end_ns)) * 1e-3, LoopMhz(t));
                 }
               }
               AddStepMetrics(records, flush_end_ns, step_us, &metrics);

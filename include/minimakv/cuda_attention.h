@@ -152,6 +152,8 @@ struct CudaCtaTimes {
   uint64_t first_warp_ns;  // partial: the first of the 4 warps left the key loop (unused by the merge)
   uint64_t loop_end_ns;    // partial: every warp left the key loop (barrier); merge: the row's items accumulated
   uint64_t exit_ns;        // partial: partial states written; merge: output written
+  uint64_t ready_clk;      // partial: %clock64 of the CTA's SM at ready_ns (session 12: the loop's SM clock is
+  uint64_t loop_end_clk;   //   (loop_end_clk - ready_clk) / (loop_end_ns - ready_ns); the card's power cap moves it)
   uint32_t sm;             // %smid
   uint32_t written;        // 1 once the CTA ran (the table is zeroed by CudaTimelineReset)
 };

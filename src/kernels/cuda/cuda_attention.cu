@@ -296,6 +296,16 @@ __device__ inline void TimelineEntry(int kernel) {
       if (CudaCtaTimes* r_ = CtaTimesRecord(kernel)) r_->field = GlobalTimerNs();       \
     }                                                                                   \
   } while (0)
+// The stamp plus the SM's cycle counter (session 12: at ready and loop end, for the loop's SM clock rate).
+#define MINIMAKV_TIMELINE_STAMP_CLOCK(kernel, field, clock_field)                      \
+  do {                                                                                  \
+    if (threadIdx.x == 0) {                                                             \
+      if (CudaCtaTimes* r_ = CtaTimesRecord(kernel)) {                                  \
+        r_->clock_field = clock64();                                                    \
+        r_->field = GlobalTimerNs();                                                    \
+      }                                                                                 \
+    }                                                                                   \
+  } while (0)
 #define MINIMAKV_TIMELINE_WARP_DONE(kernel)                                                           \
   do {                                                                                                \
     if (threadIdx.x % kWarpSize == 0) {                                                               \
@@ -311,6 +321,9 @@ __device__ inline void TimelineEntry(int kernel) {
   } while (0)
 #define MINIMAKV_TIMELINE_STAMP(kernel, field) \
   do {                                         \
+  } while (0)
+#define MINIMAKV_TIMELINE_STAMP_CLOCK(kernel, field, clock_field) \
+  do {                                                           \
   } while (0)
 #define MINIMAKV_TIMELINE_WARP_DONE(kernel) \
   do {                                      \
@@ -766,7 +779,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
 
   BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, query_inputs, q_frag);
   __syncthreads();
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
+  MINIMAKV_TIMELINE_STAMP_CLOCK(int(kFormat), ready_ns, ready_clk);
 
   float row_max = -INFINITY;  // head g, uniform over the 4 threads of the group
   float row_sum = 0.0f;       // head g, this thread's keys (reduced at the end)
@@ -977,7 +990,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
   // The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), loop_end_ns);
+  MINIMAKV_TIMELINE_STAMP_CLOCK(int(kFormat), loop_end_ns, loop_end_clk);
   float* warp_out = reinterpret_cast<float*>(stages_base);          // [warps][kRows][kHeadDim]
   float* warp_max = warp_out + kDecodeWarps * kRows * kHeadDim;     // [warps][kRows]
   float* warp_sum = warp_max + kDecodeWarps * kRows;                // [warps][kRows]
@@ -1688,7 +1701,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, query_inputs, q_frag);
   }
   __syncthreads();
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), ready_ns);
+  MINIMAKV_TIMELINE_STAMP_CLOCK(int(kFormat), ready_ns, ready_clk);
   const Tq3Tables tab = shared_tables[lane];
   const Tq3DigitTables digits = shared_digits[kImma ? lane : 0];
   // Integer scores -> base-2 logits before the key scale: heads 2t, 2t + 1 (rows >= group hold zero queries).
@@ -2127,7 +2140,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
 
   // ---- combine the kWarps warps. The combine area reuses the stage buffers: wait until every warp is done with them.
   __syncthreads();
-  MINIMAKV_TIMELINE_STAMP(int(kFormat), loop_end_ns);
+  MINIMAKV_TIMELINE_STAMP_CLOCK(int(kFormat), loop_end_ns, loop_end_clk);
   constexpr int kRowWords = CombineRowWords<kHeadDim>();
   float* warp_out = reinterpret_cast<float*>(stages_base);        // [warps][kRows] rows of kRowWords
   float* warp_max = warp_out + kWarps * kRows * kRowWords;  // [warps][kRows]
