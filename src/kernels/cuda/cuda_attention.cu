@@ -263,8 +263,9 @@ __device__ inline uint32_t LoadU32(const uint8_t* p) { return *reinterpret_cast<
 // programmatic stream serialization (LaunchKernel below), so the next kernel's CTAs may start while this one's
 // last CTAs run. Each kernel lets its dependent start once all its CTAs run (AllowDependentLaunch at the top) and
 // calls WaitForPriorGrids (the previous kernel of the stream has completed and its writes are visible) before it
-// reads anything an earlier kernel of the step wrote, and in any case before it exits, so that completion stays
-// transitive along the stream. Without the launch attribute both are no-ops.
+// reads anything an earlier kernel of the step wrote; a partial kernel, which reads nothing of the step, waits in one
+// CTA before it exits (KeepsStepOrder, v26), so that completion stays transitive along the stream. Without the launch
+// attribute both are no-ops.
 #if MINIMAKV_CUDA_TIMELINE
 // v19 timeline probes (MINIMAKV_CUDA_TIMELINE): thread 0 of a CTA stamps %globaltimer into its record.
 __device__ CudaCtaTimes g_cta_times[kCudaTimelineKernels * kCudaTimelineMaxCtas];
@@ -459,6 +460,17 @@ struct DecodeParams {
   int trigger_after_loop;  // 1: the step's last partial kernel (the merge follows): trigger after the key loop
 #endif
 };
+
+// The CTA of a partial kernel that keeps the step in order (v26): the grid's last. Only it waits for the previous
+// kernel of the step (WaitForPriorGrids) before it exits, and in the step's last partial kernel it does not trigger
+// the merge early: a grid completes only when all its CTAs have exited, so the merge (which waits for the last
+// partial grid) still starts after every earlier partial grid has completed and its writes are visible, while the
+// other CTAs write their states and leave at once (the keeper triggers the merge only after its wait). Until v25 every CTA waited before writing, so in a mix the FP8
+// CTAs kept their SM slots until the TQ3 grid ended and the remaining FP8 CTAs ran as a tail after it (v26 timeline:
+// Qwen 32K b8, FP8 CTAs exiting 83.5-86.7 us against the TQ3 grid's last exit at 81.8). The partial kernels write
+// disjoint workspace regions, and the step's first kernel is ordered after all earlier stream work (not a
+// programmatic launch), so nothing else needs the wait.
+__device__ inline bool KeepsStepOrder() { return blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1; }
 
 // Where a partial-kernel CTA lets the step's next kernel launch (MINIMAKV_LATE_TRIGGER): true = after its key loop.
 __device__ inline bool TriggerAfterLoop([[maybe_unused]] const DecodeParams& p) {
@@ -984,7 +996,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
+  // The key loop is done: the next kernel's CTAs may take its slots (the order keeper triggers after its wait).
+  if (TriggerAfterLoop(p) && !KeepsStepOrder()) AllowDependentLaunch();
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
@@ -1025,7 +1038,10 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
   }
   __syncthreads();
-  WaitForPriorGrids();  // reads nothing of the step: only keeps order
+  if (KeepsStepOrder()) {  // reads nothing of the step: only keeps order
+    WaitForPriorGrids();
+    if (TriggerAfterLoop(p)) AllowDependentLaunch();
+  }
   WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
@@ -2135,7 +2151,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     }
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  if (TriggerAfterLoop(p)) AllowDependentLaunch();  // the key loop is done: the next kernel's CTAs may take its slots
+  // The key loop is done: the next kernel's CTAs may take its slots (the order keeper triggers after its wait).
+  if (TriggerAfterLoop(p) && !KeepsStepOrder()) AllowDependentLaunch();
   CpAsyncWait<0>();
 
   // ---- combine the kWarps warps. The combine area reuses the stage buffers: wait until every warp is done with them.
@@ -2175,7 +2192,10 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     }
   }
   __syncthreads();
-  WaitForPriorGrids();  // reads nothing of the step: only keeps order (a no-op in the step's first kernel)
+  if (KeepsStepOrder()) {  // only keeps order (the wait is a no-op in the step's first kernel)
+    WaitForPriorGrids();
+    if (TriggerAfterLoop(p)) AllowDependentLaunch();
+  }
   WritePartialStates<kHeadDim, kRowWords, true, kRows, kWarps>(p, heads, warp_out, warp_max, warp_sum);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
