@@ -462,14 +462,14 @@ struct DecodeParams {
 };
 
 // The CTA of a partial kernel that keeps the step in order (v26): the grid's last. Only it waits for the previous
-// kernel of the step (WaitForPriorGrids) before it exits, and in the step's last partial kernel it does not trigger
-// the merge early: a grid completes only when all its CTAs have exited, so the merge (which waits for the last
-// partial grid) still starts after every earlier partial grid has completed and its writes are visible, while the
-// other CTAs write their states and leave at once (the keeper triggers the merge only after its wait). Until v25 every CTA waited before writing, so in a mix the FP8
-// CTAs kept their SM slots until the TQ3 grid ended and the remaining FP8 CTAs ran as a tail after it (v26 timeline:
-// Qwen 32K b8, FP8 CTAs exiting 83.5-86.7 us against the TQ3 grid's last exit at 81.8). The partial kernels write
-// disjoint workspace regions, and the step's first kernel is ordered after all earlier stream work (not a
-// programmatic launch), so nothing else needs the wait.
+// kernel of the step (WaitForPriorGrids), after writing its own states and before it exits, and in the step's last
+// partial kernel it lets the merge launch only after that wait. A grid completes only when all its CTAs have exited,
+// so the merge (which waits for the last partial grid) still starts after every earlier partial grid has completed
+// and its writes are visible, while the other CTAs write their states and leave at once. Until v25 every CTA waited
+// before writing, so in a mix the FP8 CTAs kept their SM slots until the TQ3 grid ended and the remaining FP8 CTAs
+// ran as a tail after it (v26 timeline, Qwen 32K b8: FP8 CTAs exiting 83.5-86.7 us, the TQ3 grid's last exit 81.8).
+// The partial kernels write disjoint workspace regions, and the step's first kernel is ordered after all earlier
+// stream work (not a programmatic launch), so nothing else needs the wait.
 __device__ inline bool KeepsStepOrder() { return blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1; }
 
 // Where a partial-kernel CTA lets the step's next kernel launch (MINIMAKV_LATE_TRIGGER): true = after its key loop.
@@ -479,6 +479,13 @@ __device__ inline bool TriggerAfterLoop([[maybe_unused]] const DecodeParams& p) 
 #else
   return MINIMAKV_LATE_TRIGGER != 0;
 #endif
+}
+// The order keeper's last act, after its own partial states are written (they are disjoint from the earlier kernels'
+// states, so only the exit has to wait): wait for the previous kernel of the step, then let the next one launch.
+__device__ inline void KeepStepOrder(const DecodeParams& p) {
+  if (!KeepsStepOrder()) return;
+  WaitForPriorGrids();  // a no-op in the step's first kernel
+  if (TriggerAfterLoop(p)) AllowDependentLaunch();
 }
 
 // v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
@@ -1038,11 +1045,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     }
   }
   __syncthreads();
-  if (KeepsStepOrder()) {  // reads nothing of the step: only keeps order
-    WaitForPriorGrids();
-    if (TriggerAfterLoop(p)) AllowDependentLaunch();
-  }
   WritePartialStates<kHeadDim, kHeadDim, false, kRows>(p, heads, warp_out, warp_max, warp_sum);
+  KeepStepOrder(p);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
 }
@@ -2192,11 +2196,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     }
   }
   __syncthreads();
-  if (KeepsStepOrder()) {  // only keeps order (the wait is a no-op in the step's first kernel)
-    WaitForPriorGrids();
-    if (TriggerAfterLoop(p)) AllowDependentLaunch();
-  }
   WritePartialStates<kHeadDim, kRowWords, true, kRows, kWarps>(p, heads, warp_out, warp_max, warp_sum);
+  KeepStepOrder(p);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
 }
