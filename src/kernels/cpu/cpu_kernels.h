@@ -60,6 +60,12 @@ bool AmxInt8Usable();
 // The bf16 table the AMX kernels hold TQ3 codes as (8 entries, index = sign << 2 | magnitude): the signed
 // units, Tq3Centroid(i) * kTq3UnitsPerMagnitude; 1/alpha goes into each vector's scale. For the exactness test.
 void Tq3AmxCentroidUnits(uint16_t* units_bf16);
+// The int8 units the AMX-INT8 TQ3 kernels put into their tiles, back in coordinate order, for the expansion tests
+// (only when AmxInt8Usable()). Keys: one key of Tq3CodeBytes(head_dim) code bytes, units[coordinate] from its
+// score A-tile row. Values: keys 0 .. n - 1 (n <= 4) at value_bytes apart, units[k * head_dim + coordinate] from
+// their value B-tile rows (one key quad).
+void Tq3AmxInt8KeyUnits(const uint8_t* codes, int head_dim, int8_t* units);
+void Tq3AmxInt8ValueUnits(const uint8_t* values, size_t value_bytes, int n, int head_dim, int8_t* units);
 
 // Kernel families, in increasing order of capability.
 enum class CpuIsa { kScalar, kAvx512, kAmx };

@@ -576,6 +576,44 @@ TEST(CpuAmxKernels, Tq3CentroidUnitsAreExactInBf16) {
   }
 }
 
+// The AMX-INT8 TQ3 expansions (key A-tile rows, value B-tile quads) against the codec's own reading of each
+// index (Tq3GetIndex): random code bytes (every byte pattern is a valid code), every head_dim, 1-4 keys in a
+// quad. Any wrong or misplaced byte of a tile row fails here, whatever its effect on a score.
+TEST(CpuAmxKernels, Tq3Int8ExpansionsHoldEveryCoordinatesUnit) {
+  if (!cpu::AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 kernels on this machine";
+  uint32_t state = 12345u;
+  const auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  const auto unit_of = [](int index) {
+    const int unit = int(kTq3MagnitudeUnits[index & 3]);
+    return (index & 4) ? -unit : unit;
+  };
+  for (int d : {64, 128, 256}) {
+    const int words = Tq3CodeBytes(d) / 4;
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<uint32_t> codes(size_t(4 * words));
+      for (uint32_t& w : codes) w = next() ^ (next() << 16);
+      if (trial == 0) std::fill(codes.begin(), codes.end(), 0xFFFFFFFFu);
+      std::vector<int8_t> units(size_t(4 * d), 0);
+      cpu::Tq3AmxInt8KeyUnits(reinterpret_cast<const uint8_t*>(codes.data()), d, units.data());
+      for (int c = 0; c < d; ++c) {
+        ASSERT_EQ(int(units[size_t(c)]), unit_of(Tq3GetIndex(codes.data(), c))) << "key, d " << d << " coordinate " << c;
+      }
+      const int n = 1 + trial % 4;
+      std::fill(units.begin(), units.end(), int8_t(0));
+      cpu::Tq3AmxInt8ValueUnits(reinterpret_cast<const uint8_t*>(codes.data()), size_t(4 * words), n, d, units.data());
+      for (int k = 0; k < n; ++k) {
+        for (int c = 0; c < d; ++c) {
+          ASSERT_EQ(int(units[size_t(k * d + c)]), unit_of(Tq3GetIndex(codes.data() + k * words, c)))
+              << "value, d " << d << " key " << k << " of " << n << " coordinate " << c;
+        }
+      }
+    }
+  }
+}
+
 // The dispatcher reports the family it runs per format; options choose it, force_scalar wins.
 TEST(CpuAmxKernels, IsaNamesFollowOptions) {
   CpuAttentionOptions options;
