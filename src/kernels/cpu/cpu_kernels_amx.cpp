@@ -862,7 +862,8 @@ MINIMAKV_AMX_TARGET void ValueBlock(const typename Codec::State& state, const ui
 // The value units (+-13, 40, 71, 114) are exact int8 (as for the scores), so a value tile holds 64 keys x 16
 // coordinates (VNNI quads) and one TDPBUSD multiplies a whole 64-key block: half the tile products of the bf16
 // pass (32 keys each), and four values expand together into their B-tile rows (Tq3QuadAmx: 15 vector operations
-// per four keys and 64 coordinates, one store per key; bf16: 6 plus 2 unpacks per key, two stores). The weights become a fixed point per row and block:
+// per four keys and 64 coordinates, 9 of them shuffles, one store per key; bf16: 6 plus 2 unpacks per key, two
+// stores). The weights become a fixed point per row and block:
 // W_j = round(exp2(s_j - m_b) * vs_j * kWeightFixedMax / max_j vs_j) <= kWeightFixedMax (m_b the row's block
 // maximum, vs_j the value scale / alpha), three unsigned digits W = 65536 w2 + 256 w1 + w0. TDPBUSD sums the
 // digit products exactly in int32 (|sum| <= 64 * 255 * 114 = 1.9e6 per block and digit, so 256 S1 + S0 and
@@ -877,16 +878,21 @@ constexpr int kValueChunks = kInt8TileCoords / kTileCols;  // 16-coordinate B ti
 // gathers take bytes of all four keys at once. The quad's codes of one step sit in two registers (keys a, b at
 // bytes 0..23 and 24..47 of the first, c, d likewise in the second: four masked loads). Register i = 0, 1, 2
 // (word Wi of both groups): VPERMI2B puts byte L of Wi of group g of the four keys into bytes 0..3 of qword
-// q = 4 g + L, VPMULTISHIFTQB takes the low nibbles into bytes 0..3 and the high ones into 4..7 (dword t = the four
-// keys' coordinate 32 g + 8 i + 2 L + t), VPERMB looks the units up. Register 3 (the spill coordinates): two
-// VPERMI2B build per qword the bit matrix of byte L of W0, W1, W2 of keys a, b (rows 7-5, 4-2), and of c, d;
-// GF2P8AFFINEQB with x = bit 3 or bit 7 gives idx_a | idx_b << 3 (resp. c, d), the second one merged into bytes
-// 1 and 3 by its mask; VPMULTISHIFTQB splits them into one byte per key, VPERMB looks up. Per quad and step:
-// 13 shuffle-port operations and 2 GF2P8AFFINEQB, against 20 and 4 (Tq3Int8Amx::Expand x 4 + unpacks). The
-// same tile rows up to the coordinate order (so the same bits out); in-process A/B (one thread, 16K tokens,
-// 20-30 rounds) 0.96-0.99x the time of expand + unpack at rows 4 d 128, rows 6 d 256, rows 16 d 128; two threads
-// 0.99x. Removing the value expansion altogether (a wrong kernel) saves 20-25% either way: not the shuffle count
-// alone sets its cost.
+// q = 4 g + L and again into bytes 4..7; VPSRLVD by 0 / 4 per dword leaves the low nibbles in bytes 0..3 and
+// brings the high ones down in bytes 4..7 (dword t = the four keys' coordinate 32 g + 8 i + 2 L + t: VPERMB reads
+// index bits 0-5 and the 8-fold table ignores bits 3-5, the neighbours); VPERMB looks the units up. Register 3
+// (the spill coordinates): two VPERMI2B build per qword the bit matrix of byte L of W0, W1, W2 of keys a, d (rows
+// 7-5, 4-2) and of keys b, c; GF2P8AFFINEQB with x = bit 3 (dword 0) or bit 7 (dword 1) gives idx_a | idx_d << 3
+// in bytes 0 and 3 of each dword and, merged by its mask, idx_b | idx_c << 3 in bytes 1 and 2; VPSRLVW by 0 / 3
+// per word leaves idx_a, idx_b in the low bits of bytes 0, 1 and brings idx_c, idx_d down in bytes 2, 3; VPERMB
+// looks up. Per quad and step 15 vector operations: 5 VPERMI2B (two uops each here), 4 VPERMB, 2 GF2P8AFFINEQB,
+// 4 shifts (VPSRLVD x 3, VPSRLVW): 9 shuffle-port operations. Session 9's version split the nibbles and the spill
+// pairs with VPMULTISHIFTQB (13 shuffle-port operations, 2 GF2P8AFFINEQB; 0.96-0.99x the time of expand +
+// unpack there); the shifts run on the other vector port (port 0: a VPSRLVD / VPSRLVW and a VPERMB issue in the
+// same cycle, a VPMULTISHIFTQB and a VPERMB do not; one-core test, session 12b). Same tile rows, so the same bits
+// out; in-process A/B at the Llama shape (one thread, 16K, 300 rounds): 0.99 of the time with the constants in
+// registers (docs/BENCHMARKS.md section 3, session 12b). Removing the value expansion altogether (a wrong kernel)
+// saved 20-25% (sessions 9 and 12): not the shuffle count alone sets its cost.
 struct Tq3QuadAmx {
   static constexpr int kRegisters = 4;  // B-tile rows per quad and step: 16 coordinates x 4 keys each
   // Coordinate of column n of register j in a step (see above): q = n / 2 = 4 g + L, t = n % 2.
@@ -896,11 +902,11 @@ struct Tq3QuadAmx {
     return base + 32 * g + 8 * j + 2 * byte + t;  // j = 3: 24 + 2 L + t, the spill coordinates
   }
   struct State {
-    __m512i gather[3];      // VPERMI2B indices of the nibble registers (word W0, W1, W2)
-    __m512i nibble_shift;   // VPMULTISHIFTQB: low nibbles of bytes 0..3 into bytes 0..3, high ones into 4..7
-    __m512i spill_ab, spill_cd;  // VPERMI2B indices of the spill bit matrices
-    __m512i spill_select;   // GF2P8AFFINEQB x: bit 3 in bytes 0, 1, bit 7 in bytes 2, 3 of each qword
-    __m512i spill_shift;    // VPMULTISHIFTQB: idx_a, idx_b, idx_c, idx_d of t = 0, then of t = 1
+    __m512i gather[3];      // VPERMI2B indices of the nibble registers (word W0, W1, W2): each byte twice
+    __m512i nibble_count;   // VPSRLVD counts: 0 (dword 0 of a qword: low nibbles), 4 (dword 1: high nibbles)
+    __m512i spill_ad, spill_bc;  // VPERMI2B indices of the spill bit matrices of keys a, d and b, c
+    __m512i spill_select;   // GF2P8AFFINEQB x: bit 3 in dword 0, bit 7 in dword 1 of each qword
+    __m512i spill_count;    // VPSRLVW counts: 0, 3 per word (idx_a, idx_b low; idx_c, idx_d three bits up)
     __m512i table;          // int8 signed unit of index i % 8
   };
   static constexpr int kKeyBytes = 24;  // one key's codes of one step; keys b, d at byte 24 of their register
@@ -909,32 +915,26 @@ struct Tq3QuadAmx {
     constexpr int kWordBytes = 4, kGroupBytes = 12;
     const int key_base[4] = {0, kKeyBytes, kSecond, kSecond + kKeyBytes};
     alignas(64) uint8_t gather[3][64] = {};
-    alignas(64) uint8_t nibble[64], ab[64] = {}, cd[64] = {}, select[64] = {}, spill[64];
+    alignas(64) uint8_t ad[64] = {}, bc[64] = {}, select[64];
+    alignas(64) uint32_t nibble_count[16];
+    alignas(64) uint16_t spill_count[32];
     alignas(64) int8_t table[64];
     for (int q = 0; q < 8; ++q) {
       const int group = q / 4, byte = q % 4;
       for (int w = 0; w < 3; ++w) {
-        for (int k = 0; k < 4; ++k) gather[w][8 * q + k] = uint8_t(key_base[k] + kGroupBytes * group + kWordBytes * w + byte);
-      }
-      for (int k = 0; k < 4; ++k) {
-        nibble[8 * q + k] = uint8_t(8 * k);          // low nibble of key k's byte
-        nibble[8 * q + 4 + k] = uint8_t(8 * k + 4);  // its high nibble
-      }
-      // Matrix rows 7, 6, 5 (result bits 0, 1, 2): W0, W1, W2 of the first key; rows 4, 3, 2: of the second.
-      for (int w = 0; w < 3; ++w) {
         const int offset = kGroupBytes * group + kWordBytes * w + byte;
-        ab[8 * q + 7 - w] = uint8_t(key_base[0] + offset);
-        ab[8 * q + 4 - w] = uint8_t(key_base[1] + offset);
-        cd[8 * q + 7 - w] = uint8_t(key_base[2] + offset);
-        cd[8 * q + 4 - w] = uint8_t(key_base[3] + offset);
+        for (int k = 0; k < 4; ++k) gather[w][8 * q + k] = gather[w][8 * q + 4 + k] = uint8_t(key_base[k] + offset);
+        // Matrix rows 7, 6, 5 (result bits 0, 1, 2): W0, W1, W2 of key a (b); rows 4, 3, 2: of key d (c).
+        ad[8 * q + 7 - w] = uint8_t(key_base[0] + offset);
+        ad[8 * q + 4 - w] = uint8_t(key_base[3] + offset);
+        bc[8 * q + 7 - w] = uint8_t(key_base[1] + offset);
+        bc[8 * q + 4 - w] = uint8_t(key_base[2] + offset);
       }
       constexpr int kSpillBitLow = 0x08, kSpillBitHigh = 0x80;  // bit 3 (t = 0), bit 7 (t = 1) of byte L
-      select[8 * q + 0] = select[8 * q + 1] = kSpillBitLow;
-      select[8 * q + 2] = select[8 * q + 3] = kSpillBitHigh;
-      // Byte 0 = ab(t 0), 1 = cd(t 0), 2 = ab(t 1), 3 = cd(t 1); the second key of a pair sits 3 bits up.
-      const int at[8] = {0, 3, 8, 11, 16, 19, 24, 27};
-      for (int k = 0; k < 8; ++k) spill[8 * q + k] = uint8_t(at[k]);
+      for (int b = 0; b < 8; ++b) select[8 * q + b] = b < 4 ? kSpillBitLow : kSpillBitHigh;
     }
+    for (int i = 0; i < 16; ++i) nibble_count[i] = uint32_t(4 * (i % 2));
+    for (int i = 0; i < 32; ++i) spill_count[i] = uint16_t(3 * (i % 2));
     for (int i = 0; i < 64; ++i) {
       const int index = i % kTq3Indices;
       const int unit = int(kTq3MagnitudeUnits[index & 3]);
@@ -942,11 +942,11 @@ struct Tq3QuadAmx {
     }
     State s;
     for (int w = 0; w < 3; ++w) s.gather[w] = _mm512_load_si512(gather[w]);
-    s.nibble_shift = _mm512_load_si512(nibble);
-    s.spill_ab = _mm512_load_si512(ab);
-    s.spill_cd = _mm512_load_si512(cd);
+    s.nibble_count = _mm512_load_si512(nibble_count);
+    s.spill_ad = _mm512_load_si512(ad);
+    s.spill_bc = _mm512_load_si512(bc);
     s.spill_select = _mm512_load_si512(select);
-    s.spill_shift = _mm512_load_si512(spill);
+    s.spill_count = _mm512_load_si512(spill_count);
     s.table = _mm512_load_si512(table);
     return s;
   }
@@ -966,13 +966,13 @@ struct Tq3QuadAmx {
     if (key + 3 < n) r1 = _mm512_mask_loadu_epi8(r1, kSecondKey, at + 3 * value_bytes - kKeyBytes);
     for (int w = 0; w < 3; ++w) {
       const __m512i bytes = _mm512_permutex2var_epi8(r0, s.gather[w], r1);
-      u[w] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(s.nibble_shift, bytes), s.table);
+      u[w] = _mm512_permutexvar_epi8(_mm512_srlv_epi32(bytes, s.nibble_count), s.table);
     }
-    constexpr __mmask64 kCdBytes = 0x0A0A0A0A0A0A0A0Aull;  // bytes 1 and 3 of each qword
-    const __m512i ab = _mm512_gf2p8affine_epi64_epi8(s.spill_select, _mm512_permutex2var_epi8(r0, s.spill_ab, r1), 0);
+    constexpr __mmask64 kBcBytes = 0x6666666666666666ull;  // bytes 1 and 2 of each dword
+    const __m512i ad = _mm512_gf2p8affine_epi64_epi8(s.spill_select, _mm512_permutex2var_epi8(r0, s.spill_ad, r1), 0);
     const __m512i pairs =
-        _mm512_mask_gf2p8affine_epi64_epi8(ab, kCdBytes, s.spill_select, _mm512_permutex2var_epi8(r0, s.spill_cd, r1), 0);
-    u[3] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(s.spill_shift, pairs), s.table);
+        _mm512_mask_gf2p8affine_epi64_epi8(ad, kBcBytes, s.spill_select, _mm512_permutex2var_epi8(r0, s.spill_bc, r1), 0);
+    u[3] = _mm512_permutexvar_epi8(_mm512_srlv_epi16(pairs, s.spill_count), s.table);
   }
 };
 
