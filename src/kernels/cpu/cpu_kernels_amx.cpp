@@ -297,64 +297,69 @@ struct Tq3Amx {
 // (+-13, 40, 71, 114) is one exact int8 value, so one 64-byte register holds 64 coordinates (the K of one
 // TDPBSSD; bf16 needs two registers and two TDPBF16PS). Expansion order inside a step of 64 coordinates: qword
 // q = 4 g + L (group g, byte L of its words W0, W1, W2) holds the 8 coordinates whose bits lie in those three
-// bytes: bytes j = 0..5 the nibble coordinates 32 g + 8 (j / 2) + 2 L + j % 2 (nibble 2 L + j % 2 of W(j / 2)),
-// bytes 6, 7 the spill coordinates 32 g + 24 + 2 L + (j - 6).
+// bytes, dword t (t = 0: low nibbles, 1: high nibbles) bytes 4 t + 0 .. 4 t + 3: the spill coordinate
+// 32 g + 24 + 2 L + t, then the nibble coordinates 32 g + 8 i + 2 L + t of W2, W1, W0 (i = 2, 1, 0).
 struct Tq3Int8Amx {
   static constexpr int kStepCoords = 64;
   static constexpr int kStepCodeBytes = 24;  // two 12-byte groups of tq3_codec.h
   static int Coordinate(int e) {
-    const int within = e % kStepCoords, q = within / 8, g = q / 4, byte = q % 4, j = within % 8;
-    const int base = e / kStepCoords * kStepCoords + 32 * g;
-    return j < 6 ? base + 8 * (j / 2) + 2 * byte + j % 2 : base + 24 + 2 * byte + (j - 6);
+    const int within = e % kStepCoords, q = within / 8, g = q / 4, byte = q % 4, t = (within % 8) / 4;
+    const int j = within % 4;  // 0: the spill coordinate, 1, 2, 3: the nibble of W2, W1, W0
+    const int base = e / kStepCoords * kStepCoords + 32 * g + 2 * byte + t;
+    return j == 0 ? base + 24 : base + 8 * (3 - j);
   }
   struct State {
     __m512i table;          // int8 signed unit of index i % 8 (VPERMB reads 6 index bits: 8 copies)
-    __m512i gather;         // byte shuffle: qword q = 4 g + L gets byte L of the group's W0, W1, W2 in bytes 7, 6, 5
-    __m512i spill_select;   // GF2P8AFFINEQB x operand: bit 3 (byte 6) or bit 7 (byte 7) of the matrix rows
-    __m512i nibble_offset;  // VPMULTISHIFTQB control: bytes 0..5 of a qword, the bit offset of their nibble
+    __m512i gather;         // byte shuffle: qword q = 4 g + L gets byte L of the group's W0, W1, W2 in bytes 3, 2, 1
+                            // and again in bytes 7, 6, 5
+    __m512i spill_select;   // GF2P8AFFINEQB x operand: bit 3 (byte 0) or bit 7 (byte 4) of the matrix rows
+    __m512i nibble_count;   // VPSRLVD counts: 0 / 4 per dword
   };
   MINIMAKV_AMX_TARGET static State MakeState() {
     alignas(64) int8_t table[64];
     alignas(64) uint8_t gather[64] = {};
     alignas(64) uint8_t select[64] = {};
-    alignas(64) uint8_t offset[64] = {};
+    alignas(64) uint32_t count[16];
     for (int i = 0; i < 64; ++i) {
       const int index = i % kTq3Indices;
       const int unit = int(kTq3MagnitudeUnits[index & 3]);
       table[i] = int8_t((index & 4) ? -unit : unit);
     }
-    constexpr int kWordBytes = 4, kGroupBytes = 12, kRowOfW0 = 7;  // matrix rows 7, 6, 5 = W0, W1, W2
-    constexpr int kSpillBitLow = 0x08, kSpillBitHigh = 0x80;      // bit 3 (nibble 2 L), bit 7 (nibble 2 L + 1)
+    constexpr int kWordBytes = 4, kGroupBytes = 12;
+    constexpr int kSpillBitLow = 0x08, kSpillBitHigh = 0x80;  // bit 3 (nibble 2 L), bit 7 (nibble 2 L + 1)
     for (int q = 0; q < 8; ++q) {
       const int group = q / 4, byte = q % 4;
-      for (int word = 0; word < 3; ++word) {
-        gather[8 * q + kRowOfW0 - word] = uint8_t(kGroupBytes * group + kWordBytes * word + byte);
+      for (int word = 0; word < 3; ++word) {  // rows 7, 6, 5 and 3, 2, 1 = W0, W1, W2
+        const uint8_t at = uint8_t(kGroupBytes * group + kWordBytes * word + byte);
+        gather[8 * q + 7 - word] = gather[8 * q + 3 - word] = at;
       }
-      for (int j = 0; j < 6; ++j) offset[8 * q + j] = uint8_t(8 * (kRowOfW0 - j / 2) + 4 * (j % 2));
-      select[8 * q + 6] = kSpillBitLow;
-      select[8 * q + 7] = kSpillBitHigh;
+      select[8 * q] = kSpillBitLow;
+      select[8 * q + 4] = kSpillBitHigh;
     }
+    for (int i = 0; i < 16; ++i) count[i] = uint32_t(4 * (i % 2));
     State s;
     s.table = _mm512_load_si512(table);
     s.gather = _mm512_load_si512(gather);
     s.spill_select = _mm512_load_si512(select);
-    s.nibble_offset = _mm512_load_si512(offset);
+    s.nibble_count = _mm512_load_si512(count);
     return s;
   }
   // 64 coordinates in four vector operations and one load: VPERMB gathers each qword's three code bytes into
-  // rows 7, 6, 5 of an 8x8 bit matrix; GF2P8AFFINEQB with x = bit 3 or 7 gives the spill indices (result bit k
-  // = parity(matrix byte 7 - k AND x): bits 0, 1, 2 = that bit of W0, W1, W2; ref: Intel SDM vol. 2,
-  // GF2P8AFFINEQB) in bytes 6, 7; a masked VPMULTISHIFTQB writes bytes 0..5, each the 8 bits of its qword from
-  // its nibble's offset (index in bits 0-2; bits 3-7 are neighbours, which the 8-fold table ignores); VPERMB
-  // looks the units up.
+  // rows 7, 6, 5 and again 3, 2, 1 of an 8x8 bit matrix; GF2P8AFFINEQB with x = bit 3 (byte 0) or 7 (byte 4)
+  // writes the spill index into bits 0-2 of byte 0 (rows 7, 6, 5) and bits 4-6 of byte 4 (rows 3, 2, 1; result
+  // bit k = parity(matrix byte 7 - k AND x); ref: Intel SDM vol. 2, GF2P8AFFINEQB), merged by its mask; VPSRLVD
+  // by 0 / 4 per dword leaves the low nibbles of bytes 1-3 in place and brings the high ones (and byte 4's index)
+  // down in bytes 4-7 (bits 3-5 are neighbours, which the 8-fold table ignores); VPERMB looks the units up. Two
+  // shuffles (VPERMB x 2) and two port-0 operations (GF2P8AFFINEQB, VPSRLVD); session 11's version wrote the
+  // nibbles with a masked VPMULTISHIFTQB (three shuffles and one GF2P8AFFINEQB). In-process A/B at the Llama
+  // shape, both with the constants in registers: 0.98 of the time (docs/BENCHMARKS.md section 3, session 12b).
   MINIMAKV_AMX_TARGET static __m512i Expand(const State& s, const uint8_t* codes, int step) {
     constexpr __mmask64 kStepBytes = (__mmask64(1) << kStepCodeBytes) - 1;
-    constexpr __mmask64 kNibbleBytes = 0x3F3F3F3F3F3F3F3Full;  // bytes 0..5 of every qword
+    constexpr __mmask64 kSpillBytes = 0x1111111111111111ull;  // bytes 0 and 4 of every qword
     const __m512i raw = _mm512_maskz_loadu_epi8(kStepBytes, codes + kStepCodeBytes * step);
     const __m512i matrix = _mm512_permutexvar_epi8(s.gather, raw);
-    const __m512i spill = _mm512_gf2p8affine_epi64_epi8(s.spill_select, matrix, 0);
-    const __m512i index = _mm512_mask_multishift_epi64_epi8(spill, kNibbleBytes, s.nibble_offset, matrix);
-    return _mm512_permutexvar_epi8(index, s.table);
+    const __m512i index = _mm512_mask_gf2p8affine_epi64_epi8(matrix, kSpillBytes, s.spill_select, matrix, 0);
+    return _mm512_permutexvar_epi8(_mm512_srlv_epi32(index, s.nibble_count), s.table);
   }
 };
 
