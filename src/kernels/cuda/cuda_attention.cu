@@ -487,6 +487,11 @@ __device__ inline void KeepStepOrder(const DecodeParams& p) {
   WaitForPriorGrids();  // a no-op in the step's first kernel
   if (TriggerAfterLoop(p)) AllowDependentLaunch();
 }
+// After the key loop: the next kernel's CTAs may take this CTA's slots (MINIMAKV_LATE_TRIGGER); the order keeper
+// triggers in KeepStepOrder instead, after its wait.
+__device__ inline void AllowDependentLaunchAfterLoop(const DecodeParams& p) {
+  if (TriggerAfterLoop(p) && !KeepsStepOrder()) AllowDependentLaunch();
+}
 
 // v16: a CTA's query heads. Grid y = kv_head * head_tiles + tile: a KV head's query group is split into head tiles of
 // at most kMaxGroup rows (the MMA's 8-wide head dimension; v17: 2 kMaxGroup rows for the two-tile kernels), each a
@@ -1003,8 +1008,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (TileLayout<kFormat, kHeadDim,
     __syncwarp();  // this stage is refilled by the next iteration's copies
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  // The key loop is done: the next kernel's CTAs may take its slots (the order keeper triggers after its wait).
-  if (TriggerAfterLoop(p) && !KeepsStepOrder()) AllowDependentLaunch();
+  AllowDependentLaunchAfterLoop(p);
   CpAsyncWait<0>();
 
   // ---- combine the 4 warps (FlashDecoding-style within the CTA), write one partial state per query head.
@@ -1698,7 +1702,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   // v25: the global loads of the prologue go out before its copies: the TQ3 query rows (LoadTq3QueryRows) and the
   // page ids of the first kStages - 1 units (v12-v24 loaded each unit's ids just before its copies, one dependent
   // round trip per stage, and the query after all copies). None of them is written by the step's other kernels, so
-  // every format waits for the previous kernel only before writing its partial states (the merge's order).
+  // no CTA waits for the previous kernel before its loop (v26: only the order keeper waits, before it exits).
   Tq3QueryRows<kHeadDim, kHeadTiles, kWarps> query_rows;
   QueryFragmentInputs<kHeadDim, kHeadTiles> query_inputs;  // FP8
   if constexpr (kImma) {
@@ -2155,8 +2159,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     }
   }
   MINIMAKV_TIMELINE_WARP_DONE(int(kFormat));
-  // The key loop is done: the next kernel's CTAs may take its slots (the order keeper triggers after its wait).
-  if (TriggerAfterLoop(p) && !KeepsStepOrder()) AllowDependentLaunch();
+  AllowDependentLaunchAfterLoop(p);
   CpAsyncWait<0>();
 
   // ---- combine the kWarps warps. The combine area reuses the stage buffers: wait until every warp is done with them.
