@@ -293,6 +293,19 @@ struct Tq3Amx {
   }
 };
 
+// The VPERMB table of the AMX-INT8 TQ3 expansions (keys and values): byte i = the signed unit (tq3_codec.h) of
+// index i % 8 as int8, i.e. +kTq3MagnitudeUnits[m] for index m, -kTq3MagnitudeUnits[m] for index 4 + m. VPERMB
+// reads 6 index bits, so the table holds 8 copies.
+MINIMAKV_AMX_TARGET inline __m512i Tq3Int8UnitTable() {
+  alignas(64) int8_t table[64];
+  for (int i = 0; i < 64; ++i) {
+    const int index = i % kTq3Indices;
+    const int unit = int(kTq3MagnitudeUnits[index & 3]);
+    table[i] = int8_t((index & 4) ? -unit : unit);
+  }
+  return _mm512_load_si512(table);
+}
+
 // TQ3 keys as int8 tiles for the AMX-INT8 score variant (AttendAmxTq3Int8): a signed unit of tq3_codec.h
 // (+-13, 40, 71, 114) is one exact int8 value, so one 64-byte register holds 64 coordinates (the K of one
 // TDPBSSD; bf16 needs two registers and two TDPBF16PS). Expansion order inside a step of 64 coordinates: qword
@@ -316,15 +329,9 @@ struct Tq3Int8Amx {
     __m512i nibble_count;   // VPSRLVD counts: 0 / 4 per dword
   };
   MINIMAKV_AMX_TARGET static State MakeState() {
-    alignas(64) int8_t table[64];
     alignas(64) uint8_t gather[64] = {};
     alignas(64) uint8_t select[64] = {};
     alignas(64) uint32_t count[16];
-    for (int i = 0; i < 64; ++i) {
-      const int index = i % kTq3Indices;
-      const int unit = int(kTq3MagnitudeUnits[index & 3]);
-      table[i] = int8_t((index & 4) ? -unit : unit);
-    }
     constexpr int kWordBytes = 4, kGroupBytes = 12;
     constexpr int kSpillBitLow = 0x08, kSpillBitHigh = 0x80;  // bit 3 (nibble 2 L), bit 7 (nibble 2 L + 1)
     for (int q = 0; q < 8; ++q) {
@@ -338,7 +345,7 @@ struct Tq3Int8Amx {
     }
     for (int i = 0; i < 16; ++i) count[i] = uint32_t(4 * (i % 2));
     State s;
-    s.table = _mm512_load_si512(table);
+    s.table = Tq3Int8UnitTable();
     s.gather = _mm512_load_si512(gather);
     s.spill_select = _mm512_load_si512(select);
     s.nibble_count = _mm512_load_si512(count);
@@ -923,7 +930,6 @@ struct Tq3QuadAmx {
     alignas(64) uint8_t ad[64] = {}, bc[64] = {}, select[64];
     alignas(64) uint32_t nibble_count[16];
     alignas(64) uint16_t spill_count[32];
-    alignas(64) int8_t table[64];
     for (int q = 0; q < 8; ++q) {
       const int group = q / 4, byte = q % 4;
       for (int w = 0; w < 3; ++w) {
@@ -940,11 +946,6 @@ struct Tq3QuadAmx {
     }
     for (int i = 0; i < 16; ++i) nibble_count[i] = uint32_t(4 * (i % 2));
     for (int i = 0; i < 32; ++i) spill_count[i] = uint16_t(3 * (i % 2));
-    for (int i = 0; i < 64; ++i) {
-      const int index = i % kTq3Indices;
-      const int unit = int(kTq3MagnitudeUnits[index & 3]);
-      table[i] = int8_t((index & 4) ? -unit : unit);
-    }
     State s;
     for (int w = 0; w < 3; ++w) s.gather[w] = _mm512_load_si512(gather[w]);
     s.nibble_count = _mm512_load_si512(nibble_count);
@@ -952,7 +953,7 @@ struct Tq3QuadAmx {
     s.spill_bc = _mm512_load_si512(bc);
     s.spill_select = _mm512_load_si512(select);
     s.spill_count = _mm512_load_si512(spill_count);
-    s.table = _mm512_load_si512(table);
+    s.table = Tq3Int8UnitTable();
     return s;
   }
   // Keys 4 kq .. 4 kq + 3 of a block (those at or past n are not read: their units are garbage, their weight
