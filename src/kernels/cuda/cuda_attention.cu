@@ -1125,6 +1125,18 @@ __device__ inline uint32_t Tq3SpillSelectors(uint32_t w0, uint32_t w1, uint32_t 
   const uint32_t bits210 = ((w0 >> 3) & 0x11111111u) | (bits21 & ~0x11111111u);     // bit 0 from W0
   return bits210 & kTq3IndexNibbles;  // bit 3 held junk (the next nibble's bit 0 of W2 >> 1)
 }
+// sel >> 16 for a selector word (every nibble's bit 3 clear) on the FMA pipe instead of the ALU pipe (the TQ3 loops'
+// busiest, v24): the high half as an fp16 plus -0, which ptxas emits as one HADD2 reading the operand's .H1 half. Exact:
+// with bits 11 and 15 clear the half is never an Inf, NaN or -0, and fp16 adds keep subnormals. Only the low 16 bits
+// of the result are defined (both halves hold the same value), which is all prmt reads of a selector.
+__device__ inline uint32_t UpperSelectorHalf(uint32_t sel) {
+  uint32_t d;
+  asm("{\n .reg .b16 lo, hi, sum, neg_zero;\n mov.b16 neg_zero, 0x8000;\n mov.b32 {lo, hi}, %1;\n"
+      " add.rn.f16 sum, hi, neg_zero;\n mov.b32 %0, {sum, sum};\n}\n"
+      : "=r"(d)
+      : "r"(sel));
+  return d;
+}
 __device__ inline uint32_t SubHalf2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
@@ -1509,8 +1521,8 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
       Tq3Lookup4(even[r], tab, ve01[0], ve01[1]);
       Tq3Lookup4(odd[r], tab, vo01[0], vo01[1]);
-      Tq3Lookup4(even[r] >> 16, tab, ve23[0], ve23[1]);
-      Tq3Lookup4(odd[r] >> 16, tab, vo23[0], vo23[1]);
+      Tq3Lookup4(UpperSelectorHalf(even[r]), tab, ve23[0], ve23[1]);
+      Tq3Lookup4(UpperSelectorHalf(odd[r]), tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) MmaHeadTiles(o_acc, 2 * r + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
     }
@@ -1524,10 +1536,10 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
 #pragma unroll
     for (int j = 0; j < 2; ++j) {  // 4 coordinates (2 m-tiles) at a time: fewer live registers
       uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-      Tq3Lookup4(even01[r] >> 16 * j, tab, ve01[0], ve01[1]);
-      Tq3Lookup4(odd01[r] >> 16 * j, tab, vo01[0], vo01[1]);
-      Tq3Lookup4(even23[r] >> 16 * j, tab, ve23[0], ve23[1]);
-      Tq3Lookup4(odd23[r] >> 16 * j, tab, vo23[0], vo23[1]);
+      Tq3Lookup4(j == 0 ? even01[r] : UpperSelectorHalf(even01[r]), tab, ve01[0], ve01[1]);
+      Tq3Lookup4(j == 0 ? odd01[r] : UpperSelectorHalf(odd01[r]), tab, vo01[0], vo01[1]);
+      Tq3Lookup4(j == 0 ? even23[r] : UpperSelectorHalf(even23[r]), tab, ve23[0], ve23[1]);
+      Tq3Lookup4(j == 0 ? odd23[r] : UpperSelectorHalf(odd23[r]), tab, vo23[0], vo23[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // m-tile 4 r + 2 j + h: coordinates 8 r + 4 j + 2 h (row g), + 1 (row g + 8)
         MmaHeadTiles(o_acc, 4 * r + 2 * j + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
@@ -1878,8 +1890,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
           }
           const uint32_t k0 = Prmt(digits.pos, digits.neg, sel_a[r]);
           const uint32_t k1 = Prmt(digits.pos, digits.neg, sel_b[r]);
-          const uint32_t k2 = Prmt(digits.pos, digits.neg, sel_a[r] >> 16);
-          const uint32_t k3 = Prmt(digits.pos, digits.neg, sel_b[r] >> 16);
+          const uint32_t k2 = Prmt(digits.pos, digits.neg, UpperSelectorHalf(sel_a[r]));
+          const uint32_t k3 = Prmt(digits.pos, digits.neg, UpperSelectorHalf(sel_b[r]));
           MmaS8(iacc[0][0], k0, k1, k2, k3, qf.x, qf.y);
           MmaS8(iacc[0][1], k0, k1, k2, k3, qf.z, qf.w);
           MmaS8(iacc[0][2], k0, k1, k2, k3, qf0.x, qf0.y);
@@ -1902,8 +1914,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
           for (int r = 0; r < 4; ++r) {  // k-step 4 block + r: coordinates 8 r + e (a0, a1), 8 r + 4 + e (a2, a3)
             const uint32_t na = r < 3 ? wa[r] & kTq3IndexNibbles : Tq3SpillSelectors(wa[0], wa[1], wa[2]);
             const uint32_t nb = r < 3 ? wb[r] & kTq3IndexNibbles : Tq3SpillSelectors(wb[0], wb[1], wb[2]);
-            const uint32_t na_up = na >> 16;
-            const uint32_t nb_up = nb >> 16;
+            const uint32_t na_up = UpperSelectorHalf(na);
+            const uint32_t nb_up = UpperSelectorHalf(nb);
             const uint4 qf = q_frag[(block * 4 + r) * kWarpSize + lane];     // q2, q1
             const uint2 qf0 = q_frag0[(block * 4 + r) * kWarpSize + lane];   // q0
             uint4 qf_t1;  // head tile 1 (kHeadTiles = 2)
