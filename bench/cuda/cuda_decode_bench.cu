@@ -3,7 +3,7 @@
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
 // this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-//   [--timeline N] [--tq3-ctas auto|narrow|wide]
+//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired]
 // --timeline N (v19; needs a build with -DMINIMAKV_CUDA_TIMELINE=1): after each timed point, N more steps with the
 // kernels' per-CTA %globaltimer probes read back, and a breakdown of the step printed (medians over the N steps; all
 // times relative to the end of the L2 flush kernel, which the start event follows): flush end -> first partial CTA,
@@ -328,9 +328,10 @@ int main(int argc, char** argv) {
       const char* value = argv[++i];
       if (!std::strcmp(value, "narrow")) tq3_ctas = CudaTq3Ctas::kNarrow;
       else if (!std::strcmp(value, "wide")) tq3_ctas = CudaTq3Ctas::kWide;
+      else if (!std::strcmp(value, "paired")) tq3_ctas = CudaTq3Ctas::kPaired;
       else if (!std::strcmp(value, "auto")) tq3_ctas = CudaTq3Ctas::kAuto;
       else {
-        std::fprintf(stderr, "--tq3-ctas takes auto, narrow or wide, not \"%s\"\n", value);
+        std::fprintf(stderr, "--tq3-ctas takes auto, narrow, wide or paired, not \"%s\"\n", value);
         return 2;
       }
     }

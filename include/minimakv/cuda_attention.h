@@ -44,10 +44,11 @@ namespace minimakv {
 inline constexpr int kCudaMaxViews = 3;        // one per KvFormat
 inline constexpr int kCudaKeyTileTokens = 16;  // keys per MMA tile; page_tokens must be a multiple
 
-// CTA shape of the TQ3 partial kernel where both exist (head_dim 128, groups <= 8; docs/cuda-notes.md v23): narrow
-// CTAs of 4 warps, several per SM, or one wide CTA per SM with all their warps. kAuto lets the plan choose (wide for
-// many (sequence, KV head) rows, where it measured faster); the others force one (tests, A/B).
-enum class CudaTq3Ctas { kAuto, kNarrow, kWide };
+// CTA shape of the TQ3 partial kernel where several exist (head_dim 128, groups <= 8; docs/cuda-notes.md v23, v27):
+// narrow CTAs of 4 warps, several per SM; one wide CTA per SM with all their warps; or (groups of 4 and an even
+// number of KV heads) paired CTAs, each running the head_dim-256 kernel over two adjacent KV heads so that all 8 MMA
+// columns hold query heads. kAuto lets the plan choose; the others force one where it exists (tests, A/B).
+enum class CudaTq3Ctas { kAuto, kNarrow, kWide, kPaired };
 
 struct CudaDecodeShape {
   int num_seqs = 0;
@@ -101,6 +102,8 @@ class CudaDecodePlan {
   int cta_heads(int v) const { return cta_heads_[v]; }
   // Whether view v runs the wide TQ3 kernel (one CTA per SM; CudaTq3Ctas).
   bool wide_ctas(int v) const { return wide_[v]; }
+  // Whether view v runs paired TQ3 CTAs (two KV heads per CTA; CudaTq3Ctas).
+  bool paired_ctas(int v) const { return paired_[v]; }
 
  private:
   friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
@@ -123,6 +126,7 @@ class CudaDecodePlan {
   int head_ctas_[kCudaMaxViews] = {};
   int cta_heads_[kCudaMaxViews] = {};
   bool wide_[kCudaMaxViews] = {};
+  bool paired_[kCudaMaxViews] = {};
   size_t workspace_bytes_ = 0;
   std::vector<uint8_t> host_meta_;                  // what Upload copies
 };

@@ -509,6 +509,12 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
   const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
   return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
 }
+// v27 (kPairedKv): grid y = a pair of adjacent KV heads 2y, 2y + 1 with groups of kMaxGroup / 2 query heads, whose
+// query heads are adjacent too: rows 0-3 = head 2y's group, rows 4-7 = head 2y + 1's (kv_head = the first of the pair).
+__device__ inline HeadTile PairedHeadTile(const DecodeParams& p) {
+  const int kv_head = 2 * int(blockIdx.y);
+  return {kv_head, kv_head * p.group, 2 * p.group};
+}
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
 // of its page (K codes, V codes, K scales, V scales of 16 tokens of one head), copied with 16-byte cp.async.cg
@@ -518,23 +524,34 @@ __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
 // (stride = 16 mod 64). TQ3 rows (96 / 48 bytes) are left unpadded (few, 4-byte reads).
 // kHeadTiles (v17): 8-head MMA tiles per CTA (1, or 2 for the transposed kernel's one-read groups of 9-16): the query
 // fragments and the combine rows double; 1 gives the v16 layout exactly.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
+// kPairedKv (v27, TQ3 only): the kernel of head_dim 256 run over two adjacent KV heads of head_dim 128 (PairedHeadTile):
+// a staged unit holds the two heads' runs one after the other (K rows of head a, of head b, V rows likewise, then the
+// four scale runs), and the 256 "virtual" coordinates of a key are head a's 128 followed by head b's, so a key's
+// second 128-dim block sits kKBlockStride bytes after its first (one head's whole run instead of 48 bytes).
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 struct TileLayout {
+  static_assert(!kPairedKv || (kFormat == KvFormat::kTq3 && kHeadDim == 256 && kHeadTiles == 1 && !kWideCta),
+                "paired KV heads: the narrow TQ3 kernel of head_dim 256 over pages of head_dim 128");
   static constexpr int kTile = kCudaKeyTileTokens;
   // 16-key row blocks per staged tile (TQ3 pairs, v11: 2, rows of block h at h * kTile; other formats 1).
   static constexpr int kSubTiles = kFormat != KvFormat::kTq3 ? 1 : 2;
   static constexpr int kCodeBytes = int(CodeBytesPerVector(kFormat, kHeadDim));
+  static constexpr int kPagedHeads = kPairedKv ? 2 : 1;           // KV heads whose runs a unit stages
+  static constexpr int kPageCodeBytes = kCodeBytes / kPagedHeads;  // code bytes of one page vector
   static constexpr int kScaleBytes = int(ScaleBytesPerVector(kFormat));
   static constexpr bool kPadded = kFormat != KvFormat::kTq3;
-  static constexpr int kKStride = kCodeBytes + (kPadded ? 64 : 0);
-  static constexpr int kVStride = kCodeBytes + (kPadded ? 16 : 0);
+  static constexpr int kKStride = kPageCodeBytes + (kPadded ? 64 : 0);
+  static constexpr int kVStride = kPageCodeBytes + (kPadded ? 16 : 0);
+  static constexpr int kHeadRunBytes = kSubTiles * kTile * kKStride;  // one head's K (or V) rows of a unit
+  static constexpr int kKBlockStride = kPairedKv ? kHeadRunBytes : kBlockDims * 3 / 8;  // TQ3 128-dim blocks
   static constexpr int kKOffset = 0;
-  static constexpr int kVOffset = kSubTiles * kTile * kKStride;
-  static constexpr int kKScaleOffset = kVOffset + kSubTiles * kTile * kVStride;
-  // Room for 16 fp32 (FP8) or 32 fp16 (TQ3 pairs) scales per run.
-  static constexpr int kScaleRun = kSubTiles * kTile * kScaleBytes > 64 ? kSubTiles * kTile * kScaleBytes : 64;
+  static constexpr int kVOffset = kPagedHeads * kHeadRunBytes;
+  static constexpr int kKScaleOffset = kVOffset + kPagedHeads * kSubTiles * kTile * kVStride;
+  // Room for 16 fp32 (FP8) or 32 fp16 (TQ3 pairs) scales per run and head.
+  static constexpr int kHeadScaleRun = kSubTiles * kTile * kScaleBytes > 64 ? kSubTiles * kTile * kScaleBytes : 64;
+  static constexpr int kScaleRun = kPagedHeads * kHeadScaleRun;
   static constexpr int kVScaleOffset = kKScaleOffset + kScaleRun;
-  static_assert(kSubTiles * kTile * kScaleBytes <= kScaleRun, "one tile's scales fit their run");
+  static_assert(kSubTiles * kTile * kScaleBytes <= kHeadScaleRun, "one tile's scales fit their run");
   static constexpr int kStageBytes = kVScaleOffset + kScaleRun;
   // Stages per warp: each SM should keep ~50-100 KB of loads in flight.
   // BF16 / FP8: 2 stages (one 5-18 KB tile ahead per warp). TQ3 pair tiles are small and compute heavy:
@@ -637,8 +654,10 @@ __device__ inline float StagedFp8Scale(const uint8_t* scales, int token) {
 // warp + kWarps, ...), its lanes over the dims: v12-v24 walked the heads one after another with all threads, a chain
 // of shared loads, exp2 / division / log2 per head that took most of the kernels' ~3 us epilogue. Same arithmetic in
 // the same order per element, so the same bits.
+// kPairedKv (v27): rows 0-3 hold their head's output in virtual dims 0-127, rows 4-7 in 128-255 (the other half
+// is the junk product of the other head's values); the states have kHeadDim / 2 dims.
 template <int kHeadDim, int kRowWords = kHeadDim, bool kPadded = false, int kWarpRows = kMaxGroup,
-          int kWarps = kDecodeWarps>
+          int kWarps = kDecodeWarps, bool kPairedKv = false>
 __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile& heads, const float* warp_out,
                                           const float* warp_max, const float* warp_sum) {
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
@@ -664,13 +683,16 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) weight[w] = 0.0f;
     }
-    for (int dim = lane; dim < kHeadDim; dim += kWarpSize) {
+    constexpr int kStateDim = kPairedKv ? kHeadDim / 2 : kHeadDim;
+    const int first_dim = kPairedKv && h >= kMaxGroup / 2 ? kStateDim : 0;
+    for (int dim = lane; dim < kStateDim; dim += kWarpSize) {
+      const int src = first_dim + dim;
       float out = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
-        out += warp_out[(w * kWarpRows + h) * kRowWords + dim + (kPadded ? dim / 32 : 0)] * weight[w];
+        out += warp_out[(w * kWarpRows + h) * kRowWords + src + (kPadded ? src / 32 : 0)] * weight[w];
       }
-      p.part_out[(state_base + h) * kHeadDim + dim] = out;
+      p.part_out[(state_base + h) * kStateDim + dim] = out;
     }
     if (lane == 0) p.part_lse[state_base + h] = lse;
   }
@@ -1233,18 +1255,29 @@ struct Tq3QueryRows {
   static constexpr int kRowsPerWarp = (kMaxGroup * kHeadTiles + kWarps - 1) / kWarps;
   float v[kRowsPerWarp][kHeadDim / kWarpSize];
 };
-template <int kHeadDim, int kHeadTiles, int kWarps>
+// kPairedKv (v27): the query rows have kHeadDim / 2 dims; rows 0-3 (the pair's first head) fill the first half of
+// the virtual row, rows 4-7 the second, the other half stays zero (its keys' codes then add nothing to the scores).
+template <int kHeadDim, int kHeadTiles, int kWarps, bool kPairedKv = false>
 __device__ inline void LoadTq3QueryRows(const DecodeParams& p, const CudaWorkItem& item, const HeadTile& heads,
                                         Tq3QueryRows<kHeadDim, kHeadTiles, kWarps>& rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
+  constexpr int kQueryDim = kPairedKv ? kHeadDim / 2 : kHeadDim;
+  constexpr int kPerLane = kHeadDim / kWarpSize;
 #pragma unroll
   for (int j = 0; j < rows.kRowsPerWarp; ++j) {
     const int row = warp + kWarps * j;
     const bool real = row < kMaxGroup * kHeadTiles && row < heads.rows;  // else zeros (rotated: zeros, amax 0)
-    const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + (real ? row : 0)) * kHeadDim;
+    const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + (real ? row : 0)) * kQueryDim;
+    const int half = row >= kMaxGroup / 2 ? 1 : 0;
 #pragma unroll
-    for (int k = 0; k < kHeadDim / kWarpSize; ++k) rows.v[j][k] = real ? q_row[lane + kWarpSize * k] : 0.0f;
+    for (int k = 0; k < kPerLane; ++k) {
+      if constexpr (kPairedKv) {
+        rows.v[j][k] = real && k / (kPerLane / 2) == half ? q_row[lane + kWarpSize * (k % (kPerLane / 2))] : 0.0f;
+      } else {
+        rows.v[j][k] = real ? q_row[lane + kWarpSize * k] : 0.0f;
+      }
+    }
   }
 }
 // Where coordinate dim of rotated query row `row` sits in the CTA's q_rows (v25): 4-float chunks XOR-swizzled within
@@ -1263,7 +1296,7 @@ __device__ inline int RotatedQueryIndex(int row, int dim) {
 // of the key's group 4 block + t (Wr & kTq3IndexNibbles, r = 3: the spill word) and its upper half present the key's
 // coordinates. q_amax[head] = max |q * q_scale| over the head (the fixed-point unit; 0 for an all-zero query).
 // v17: kHeadTiles 8-head tiles: rows 8 tile + g, fragments [tile][k-step][lane] (q_frag0 likewise).
-template <int kHeadDim, int kHeadTiles = 1, int kWarps = kDecodeWarps>
+template <int kHeadDim, int kHeadTiles = 1, int kWarps = kDecodeWarps, bool kPairedKv = false>
 __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadTile& heads,
                                               const Tq3QueryRows<kHeadDim, kHeadTiles, kWarps>& query,
                                               uint4* q_frag, uint2* q_frag0, float* q_amax, float* q_rows) {
@@ -1277,13 +1310,28 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
   // warp's rows side by side (independent shuffle chains); rows past heads.rows hold zeros (LoadTq3QueryRows).
   if (warp < kMaxGroup * kHeadTiles) {  // (wide CTAs: warps past the rows have none)
     float v[kRowsPerWarp][kPerLane];
+    // kPairedKv: each half of a virtual row is rotated as the KV head's own 128-dim vectors were (same signs).
+    constexpr int kRotDim = kPairedKv ? kHeadDim / 2 : kHeadDim;
+    constexpr int kRotPerLane = kRotDim / kWarpSize;
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
 #pragma unroll
-      for (int k = 0; k < kPerLane; ++k) v[j][k] = query.v[j][k] * cuda_detail::SignOf(p.signs, lane + kWarpSize * k);
+      for (int k = 0; k < kPerLane; ++k) {
+        v[j][k] = query.v[j][k] * cuda_detail::SignOf(p.signs, lane + kWarpSize * (k % kRotPerLane));
+      }
     }
 #pragma unroll
-    for (int j = 0; j < kRowsPerWarp; ++j) cuda_detail::WarpFwht<kHeadDim>(v[j], lane);
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+#pragma unroll
+      for (int part = 0; part < kPerLane / kRotPerLane; ++part) {
+        float rot[kRotPerLane];
+#pragma unroll
+        for (int k = 0; k < kRotPerLane; ++k) rot[k] = v[j][part * kRotPerLane + k];
+        cuda_detail::WarpFwht<kRotDim>(rot, lane);
+#pragma unroll
+        for (int k = 0; k < kRotPerLane; ++k) v[j][part * kRotPerLane + k] = rot[k];
+      }
+    }
     float amax[kRowsPerWarp];
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
@@ -1354,10 +1402,9 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
 // The code runs of one TQ3 tile with the addresses precomputed per lane (dst_lane = the stage's row block + 16 lane:
 // K rows at + kKOffset, V rows at + kVOffset; k_lane / v_lane = the runs' sources + 16 lane): one to three rounds of
 // 16-byte copies per run; the scales are copied by the caller.
-template <int kHeadDim>
+template <typename L>
 __device__ inline void IssueTq3TileLane(uint32_t dst_lane, const uint8_t* k_lane, const uint8_t* v_lane, int lane) {
-  using L = TileLayout<KvFormat::kTq3, kHeadDim>;
-  constexpr int kCodeChunks = L::kTile * L::kCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
+  constexpr int kCodeChunks = L::kTile * L::kPageCodeBytes / 16;  // 96 (d = 256) or 48 16-byte chunks
   constexpr int kRound = 16 * kWarpSize;
   if constexpr (kCodeChunks < kWarpSize) {  // v16, head_dim 64: 24 chunks per run, lanes 0-23
     if (lane < kCodeChunks) {
@@ -1404,10 +1451,10 @@ __device__ inline void MmaHeadTiles(float (&o_acc)[kHeadTiles][kMTiles][4], int 
   MmaF16(o_acc[0][m], a0, a1, a2, a3, pb.b0, pb.b1);
   if constexpr (kHeadTiles == 2) MmaF16(o_acc[1][m], a0, a1, a2, a3, pb.b0_t1, pb.b1_t1);
 }
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kPairedKv = false>
 __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, int g, int t, const Tq3Tables& tab,
                                            const TilePFrags pb, float (&o_acc)[kHeadTiles][kHeadDim / 16][4]) {
-  using L = TileLayout<kFormat, kHeadDim>;
+  using L = TileLayout<kFormat, kHeadDim, 1, false, kPairedKv>;
   if constexpr (kFormat != KvFormat::kTq3) {
     // FP8: the code bytes of two keys are interleaved first (prmt), so each hardware conversion yields a key pair
     // of one dim: registers m = 8 i + 2 j (dims VDim(g, m, 0 / 1) = 16 (8 i + g) + 4 j, + 1) and m + 1 (+ 2, + 3).
@@ -1488,7 +1535,9 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     }
     return;
   }
-  const uint8_t* v_rows = v_stage + (kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
+  // (d = 256: group g = 128-dim block g / 4, its group g % 4; kPairedKv: block 1 is the pair's second head.)
+  const uint8_t* v_rows =
+      v_stage + (kPairedKv ? (g >> 2) * L::kKBlockStride + 12 * (g & 3) : kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
   uint32_t w[4][3];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -1551,11 +1600,11 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
 // kHeadTiles (v17): 8-head MMA tiles of the CTA's query rows (1, or 2 for query groups of 9-16 read once): the key /
 // value expansion (the A operands) is shared, the score and value MMAs run once per tile against its B operand (query
 // fragments, P^T), with per-tile accumulators, softmax state and combine rows. kHeadTiles = 1 is the v16 kernel.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta = false>
-__global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kThreads,
-                                  (TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kCtasPerSm))
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta = false, bool kPairedKv = false>
+__global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>::kThreads,
+                                  (TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>::kCtasPerSm))
     DecodePartialTransposedKernel(DecodeParams p) {
-  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>;
   constexpr int kWarps = L::kWarps;  // 4, or all the SM's warps in a wide TQ3 CTA (v23)
   constexpr int kRows = kMaxGroup * kHeadTiles;  // query rows of the CTA (rows >= heads.rows are zero queries)
   // TQ3 software pipelining (v8): the value phase of a warp's previous unit runs after the score phase of its current
@@ -1582,7 +1631,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   const int g = lane >> 2;  // key rows g, 8 + g (scores); dim rows (values)
   const int t = lane & 3;   // heads 2t, 2t + 1 (scores, output columns)
   MINIMAKV_TIMELINE_ENTRY(int(kFormat));
-  const HeadTile heads = CtaHeadTile(p);
+  const HeadTile heads = kPairedKv ? PairedHeadTile(p) : CtaHeadTile(p);
   const int kv_head = heads.kv_head;
   const CudaWorkItem item = p.items[blockIdx.x];
   if (!TriggerAfterLoop(p)) AllowDependentLaunch();
@@ -1607,7 +1656,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   const int last_tile_valid = item.last_tokens - kTile * ((item.last_tokens - 1) / kTile);  // in [1, kTile]
   const size_t page_bytes = p.layout.page_bytes();
   const int vectors = p.layout.kv_heads * page_tokens;
-  const int v_codes_section = vectors * L::kCodeBytes;
+  const int v_codes_section = vectors * L::kPageCodeBytes;
   const int scales_section = 2 * v_codes_section;
   const int v_scales_section = vectors * 2;
   const int head_row = kv_head * page_tokens;
@@ -1626,23 +1675,32 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   // copy the scales: 0-1 K, 2-3 V), so a tile's copies cost a few adds (v10: the loop's copy and bookkeeping
   // section ~95 -> ~72 instructions at d = 256; ptxas still re-derives some lane values under register pressure).
   const uint32_t lane_dst = my_stages_addr + 16 * lane;
-  const uint32_t lane_k_src = uint32_t(head_row * L::kCodeBytes + 16 * lane);
-  const bool scale_lane = lane < 4;
-  const uint32_t lane_scale_src =
-      uint32_t(scales_section + (lane >= 2 ? v_scales_section : 0) + head_row * L::kScaleBytes + 16 * (lane & 1));
-  const bool scale_lane_v = lane >= 2;
-  const uint32_t lane_scale_dst =
-      my_stages_addr + (scale_lane_v ? L::kVScaleOffset : L::kKScaleOffset) + 16 * (lane & 1);
+  const uint32_t lane_k_src = uint32_t(head_row * L::kPageCodeBytes + 16 * lane);
+  // kPairedKv: the second head's runs start page_tokens vectors after the first's (both codes and scales).
+  const int pair_codes = kPairedKv ? page_tokens * L::kPageCodeBytes : 0;
+  // Scale runs of a tile (32 bytes each): K then V, per head of the pair (kPairedKv: K a, K b, V a, V b).
+  const bool scale_lane = lane < 4 * L::kPagedHeads;
+  const int scale_run = lane >> 1;
+  const bool scale_lane_v = scale_run >= L::kPagedHeads;
+  const int scale_head = kPairedKv ? scale_run - (scale_lane_v ? L::kPagedHeads : 0) : 0;  // 1: the pair's second
+  const uint32_t lane_scale_src = uint32_t(scales_section + (scale_lane_v ? v_scales_section : 0) +
+                                           (head_row + scale_head * page_tokens) * L::kScaleBytes + 16 * (lane & 1));
+  const uint32_t lane_scale_dst = my_stages_addr + (scale_lane_v ? L::kVScaleOffset : L::kKScaleOffset) +
+                                  scale_head * L::kHeadScaleRun + 16 * (lane & 1);
   const uint32_t page_bytes32 = uint32_t(page_bytes);
   // Copies of a tile into stage; sub = the 16-key row block of the stage (TQ3 pair tiles: 0 or 1).
   auto issue_tile_copies = [&](int stage, int page_id, int tile, int sub) {
     const int tok0 = kTile * (tile - page_of(tile) * tiles_per_page);
     if constexpr (kFormat == KvFormat::kTq3) {
       const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
-      const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kCodeBytes));
-      const uint32_t sub_offset = uint32_t(sub * kTile * L::kCodeBytes);
+      const uint8_t* k_lane = page32 + (lane_k_src + uint32_t(tok0 * L::kPageCodeBytes));
+      const uint32_t sub_offset = uint32_t(sub * kTile * L::kKStride);
       const uint32_t stage_offset = uint32_t(stage * L::kStageBytes);
-      IssueTq3TileLane<kHeadDim>(lane_dst + stage_offset + sub_offset, k_lane, k_lane + v_codes_section, lane);
+      IssueTq3TileLane<L>(lane_dst + stage_offset + sub_offset, k_lane, k_lane + v_codes_section, lane);
+      if constexpr (kPairedKv) {  // the second head's K and V rows, one head run further in the stage
+        IssueTq3TileLane<L>(lane_dst + stage_offset + sub_offset + L::kHeadRunBytes, k_lane + pair_codes,
+                            k_lane + pair_codes + v_codes_section, lane);
+      }
       if (scale_lane) {
         CpAsync16(lane_scale_dst + stage_offset + uint32_t(sub * kTile * L::kScaleBytes),
                   page32 + (lane_scale_src + uint32_t(tok0 * L::kScaleBytes)));
@@ -1674,21 +1732,24 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   // every iteration, and its two tiles lie in one page, so a full unit is four contiguous runs: 32 K rows, 32 V rows
   // (kUnitChunks 16-byte chunks each), 32 K scales and 32 V scales (64 bytes each, lanes 0-3 and 4-7), all at per-lane offsets
   // computed here once; a unit's copies cost one page base and a few adds.
-  constexpr int kUnitChunks = kSub * kTile * L::kCodeBytes / 16;
+  constexpr int kUnitChunks = kSub * kTile * L::kPageCodeBytes / 16;  // per head
   // (v16: head_dim 64's 48-chunk runs are no whole rounds of the warp: always the per-tile copies.)
   const bool regular_units = kFormat == KvFormat::kTq3 && kUnitChunks % kWarpSize == 0 && pair_in_page &&
                              (kSub * kWarps) % tiles_per_page == 0;
   const int warp_tok0 = kTile * ((kSub * warp) % tiles_per_page);
-  const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kCodeBytes);
+  const uint32_t unit_k_src = lane_k_src + uint32_t(warp_tok0 * L::kPageCodeBytes);
+  // Scale runs of a unit, 4 chunks each: K then V (kPairedKv: K a, K b, V a, V b; lanes 0-7, or 0-15 paired).
   constexpr int kUnitScaleChunks = kSub * kTile * L::kScaleBytes / 16;  // per run: 4 (pairs)
-  const bool unit_scale_lane = lane < 2 * kUnitScaleChunks;
-  const bool unit_scale_v = lane >= kUnitScaleChunks;
+  const bool unit_scale_lane = lane < 2 * L::kPagedHeads * kUnitScaleChunks;
+  const int unit_scale_run = lane / kUnitScaleChunks;
+  const bool unit_scale_v = unit_scale_run >= L::kPagedHeads;
+  const int unit_scale_head = kPairedKv ? unit_scale_run - (unit_scale_v ? L::kPagedHeads : 0) : 0;
   const int unit_scale_chunk = lane % kUnitScaleChunks;
-  const uint32_t unit_scale_src = uint32_t(scales_section + (unit_scale_v ? v_scales_section : 0) +
-                                           (head_row + warp_tok0) * L::kScaleBytes + 16 * unit_scale_chunk);
-  const uint32_t unit_scale_dst =
-      my_stages_addr + 16 * unit_scale_chunk +
-      uint32_t(unit_scale_v ? L::kVScaleOffset : L::kKScaleOffset);
+  const uint32_t unit_scale_src =
+      uint32_t(scales_section + (unit_scale_v ? v_scales_section : 0) +
+               (head_row + unit_scale_head * page_tokens + warp_tok0) * L::kScaleBytes + 16 * unit_scale_chunk);
+  const uint32_t unit_scale_dst = my_stages_addr + 16 * unit_scale_chunk + unit_scale_head * L::kHeadScaleRun +
+                                  uint32_t(unit_scale_v ? L::kVScaleOffset : L::kKScaleOffset);
   auto issue_regular_unit = [&](int stage, int page_id) {
     const uint8_t* page32 = p.pages + uint64_t(uint32_t(page_id)) * page_bytes32;  // page_bytes < 2^32 (plan)
     const uint8_t* k_src = page32 + unit_k_src;
@@ -1696,6 +1757,11 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     if constexpr (kSub >= 2 && kUnitChunks % kWarpSize == 0) {  // (a multiple of 32 only for pairs, d >= 128)
       CopyRunLane<kUnitChunks, 0>(lane_dst + stage_offset, k_src);
       CopyRunLane<kUnitChunks, L::kVOffset>(lane_dst + stage_offset, k_src + v_codes_section);
+      if constexpr (kPairedKv) {
+        CopyRunLane<kUnitChunks, L::kHeadRunBytes>(lane_dst + stage_offset, k_src + pair_codes);
+        CopyRunLane<kUnitChunks, L::kVOffset + L::kHeadRunBytes>(lane_dst + stage_offset,
+                                                                  k_src + pair_codes + v_codes_section);
+      }
     }
     // v12: the scale copies (lanes 0-7) as one predicated cp.async instead of a branch around it.
     CpAsync16If(unit_scale_lane, unit_scale_dst + stage_offset, page32 + unit_scale_src);
@@ -1718,7 +1784,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   Tq3QueryRows<kHeadDim, kHeadTiles, kWarps> query_rows;
   QueryFragmentInputs<kHeadDim, kHeadTiles> query_inputs;  // FP8
   if constexpr (kImma) {
-    LoadTq3QueryRows(p, item, heads, query_rows);
+    LoadTq3QueryRows<kHeadDim, kHeadTiles, kWarps, kPairedKv>(p, item, heads, query_rows);
   } else {
     LoadQueryFragmentInputs<kFormat, kHeadDim, kHeadTiles>(p, item, heads, query_inputs);
   }
@@ -1732,7 +1798,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     issue_tile += kWarps;
   }
   if constexpr (kImma) {
-    BuildTq3DigitFragments<kHeadDim, kHeadTiles, kWarps>(p, heads, query_rows, q_frag, q_frag0, q_amax, q_rows);
+    BuildTq3DigitFragments<kHeadDim, kHeadTiles, kWarps, kPairedKv>(p, heads, query_rows, q_frag, q_frag0, q_amax,
+                                                                     q_rows);
   } else {
     BuildQueryFragments<kFormat, kHeadDim, kHeadTiles>(p, query_inputs, q_frag);
   }
@@ -1906,8 +1973,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
         const uint8_t* codes_b = row_b + t * 12;
 #pragma unroll
         for (int block = 0; block < kBlocks; ++block) {
-          const uint8_t* ga = codes_a + block * 48;  // group 4 block + t: words W0, W1, W2
-          const uint8_t* gb = codes_b + block * 48;
+          const uint8_t* ga = codes_a + block * L::kKBlockStride;  // group 4 block + t: words W0, W1, W2
+          const uint8_t* gb = codes_b + block * L::kKBlockStride;
           const uint32_t wa[3] = {LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8)};
           const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
 #pragma unroll
@@ -1958,7 +2025,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
         }
       }
       if constexpr (kPipeline) {  // the previous unit's values of block sub (independent of this unit's scores)
-        TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
+        TransposedValueTile<kFormat, kHeadDim, kHeadTiles, kPairedKv>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
                                                            prev_valid[sub], g, t, tab, prev_frags(sub), o_acc);
       }
       // TQ3: the scales as stored (kTq3InvUnitsPerMagnitude is folded into score_unit and into the final v_unit).
@@ -1966,9 +2033,12 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
       key_valid[sub][1] = 8 + g < valid[sub];
       float k_scale[2];
       if constexpr (kImma) {
-        const __half* k_scales = reinterpret_cast<const __half*>(k_stage + L::kKScaleOffset) + sub * kTile;
-        const __half* v_scales =
-            reinterpret_cast<const __half*>(v_stage + L::kVScaleOffset - L::kVOffset) + sub * kTile;
+        // (kPairedKv: heads 2t, 2t + 1 belong to the pair's second KV head when t >= 2, whose scale runs follow.)
+        const int scale_head_offset = kPairedKv && t >= 2 ? L::kHeadScaleRun / 2 : 0;  // in halves
+        const __half* k_scales =
+            reinterpret_cast<const __half*>(k_stage + L::kKScaleOffset) + scale_head_offset + sub * kTile;
+        const __half* v_scales = reinterpret_cast<const __half*>(v_stage + L::kVScaleOffset - L::kVOffset) +
+                                 scale_head_offset + sub * kTile;
         k_scale[0] = __half2float(k_scales[key_a]);
         k_scale[1] = __half2float(k_scales[key_b]);
         v_scale[sub][0] = key_valid[sub][0] ? __half2float(v_scales[key_a]) : 0.0f;  // unused slot: maybe NaN
@@ -2140,7 +2210,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     if constexpr (!kPipeline) {
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(
+        TransposedValueTile<kFormat, kHeadDim, kHeadTiles, kPairedKv>(
             v_stage + sub * kTile * L::kVStride, valid[sub], g, t, tab,
             TilePFrags{pb0[sub][0], pb1[sub][0], pb0[sub][kHeadTiles - 1], pb1[sub][kHeadTiles - 1]}, o_acc);
       }
@@ -2165,7 +2235,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     if (warp < num_units) {  // the last unit's values
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) {
-        TransposedValueTile<kFormat, kHeadDim, kHeadTiles>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
+        TransposedValueTile<kFormat, kHeadDim, kHeadTiles, kPairedKv>(v_rows_of(prev_stage) + sub * kTile * L::kVStride,
                                                            prev_valid[sub], g, t, tab, prev_frags(sub), o_acc);
       }
     }
@@ -2211,7 +2281,7 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
     }
   }
   __syncthreads();
-  WritePartialStates<kHeadDim, kRowWords, true, kRows, kWarps>(p, heads, warp_out, warp_max, warp_sum);
+  WritePartialStates<kHeadDim, kRowWords, true, kRows, kWarps, kPairedKv>(p, heads, warp_out, warp_max, warp_sum);
   KeepStepOrder(p);
   MINIMAKV_TIMELINE_SYNC();
   MINIMAKV_TIMELINE_STAMP(int(kFormat), exit_ns);
@@ -2601,56 +2671,74 @@ constexpr bool HasWideTq3(KvFormat format, int head_dim, int cta_heads) {
 constexpr int kWideTq3MaxSmsPerRow = 4;
 bool UseWideTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int cta_heads, int64_t rows, int sm_count) {
   if (!HasWideTq3(format, head_dim, cta_heads) || choice == CudaTq3Ctas::kNarrow) return false;
+  if (choice == CudaTq3Ctas::kPaired) return false;
   return choice == CudaTq3Ctas::kWide || rows * kWideTq3MaxSmsPerRow >= int64_t(sm_count);
+}
+// v27: TQ3 at head_dim 128 with groups of 4 (Llama-3's 32 / 8) and an even number of KV heads runs the head_dim-256
+// kernel over KV head pairs (kPairedKv, PairedHeadTile): the 8 MMA columns hold 4 + 4 query heads instead of 4 and 4
+// zero rows, so a unit's softmax, bookkeeping and copies serve twice the bytes.
+constexpr bool HasPairedTq3(KvFormat format, int head_dim, int group, int kv_heads) {
+  return format == KvFormat::kTq3 && head_dim == 128 && 2 * group == kMaxGroup && kv_heads % 2 == 0;
+}
+bool UsePairedTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int group, int kv_heads) {
+  return HasPairedTq3(format, head_dim, group, kv_heads) &&
+         (choice == CudaTq3Ctas::kAuto || choice == CudaTq3Ctas::kPaired);
 }
 
 // The partial kernel of a format: TQ3 and FP8 (v8) run the transposed kernel, BF16 DecodePartialKernel.
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 constexpr auto PartialKernel() {
   if constexpr (kFormat != KvFormat::kBf16) {
-    return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>;
+    return DecodePartialTransposedKernel<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>;
   } else {
     return DecodePartialKernel<kFormat, kHeadDim, kHeadTiles>;
   }
 }
 
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 cudaError_t PreparePartial() {
   static const cudaError_t status =
-      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(),
+      cudaFuncSetAttribute(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(),
                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>::kSmemBytes);
+                           TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>::kSmemBytes);
   return status;
 }
 
 // Resident CTAs per SM of a partial kernel (the split fills whole waves of these).
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 Status PartialOccupancy(int* ctas_per_sm) {
-  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
-  MINIMAKV_RETURN_IF_ERROR(
-      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
-  return CudaError(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          ctas_per_sm, PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(), L::kThreads, L::kSmemBytes),
-      "occupancy query");
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>;
+  MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(),
+                                     "partial kernel smem attribute"));
+  return CudaError(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                       ctas_per_sm, PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(),
+                       L::kThreads, L::kSmemBytes),
+                   "occupancy query");
 }
 // The one runtime -> template dispatch of the partial kernels (occupancy in the plan, launches in the run):
-// calls fn.template operator()<format, head_dim, head tiles>() for the kernel that serves CTAs of cta_heads query
-// heads (> kMaxGroup: the two-tile kernel, which exists for BF16 at every head_dim and FP8 / TQ3 at 64 / 128).
+// calls fn.template operator()<format, head_dim, head tiles, wide, paired>() for the kernel that serves CTAs of
+// cta_heads query heads (> kMaxGroup: the two-tile kernel, which exists for BF16 at every head_dim and FP8 / TQ3 at
+// 64 / 128); paired (v27): the head_dim-256 TQ3 kernel over KV head pairs of head_dim 128.
 template <typename Fn>
-Status WithPartialKernel(KvFormat format, int head_dim, int cta_heads, bool wide, Fn&& fn) {
+Status WithPartialKernel(KvFormat format, int head_dim, int cta_heads, bool wide, bool paired, Fn&& fn) {
   const bool two = cta_heads > kMaxGroup;
   if (wide && !HasWideTq3(format, head_dim, cta_heads)) return Status::Internal("no wide kernel for this view");
+  if (paired) {
+    if (format != KvFormat::kTq3 || head_dim != 128 || wide || two) {
+      return Status::Internal("no paired kernel for this view");
+    }
+    return fn.template operator()<KvFormat::kTq3, 256, 1, false, true>();
+  }
   auto for_dim = [&]<int kHeadDim>() -> Status {
     auto for_format = [&]<KvFormat kFormat>() -> Status {
       if constexpr (kFormat == KvFormat::kBf16 || kHeadDim <= 128) {
-        if (two) return fn.template operator()<kFormat, kHeadDim, 2, false>();
+        if (two) return fn.template operator()<kFormat, kHeadDim, 2, false, false>();
       }
       if (two) return Status::Internal("no two-head-tile kernel for this format / head_dim");
       if constexpr (HasWideTq3(kFormat, kHeadDim, kMaxGroup)) {
-        if (wide) return fn.template operator()<kFormat, kHeadDim, 1, true>();
+        if (wide) return fn.template operator()<kFormat, kHeadDim, 1, true, false>();
       }
-      return fn.template operator()<kFormat, kHeadDim, 1, false>();
+      return fn.template operator()<kFormat, kHeadDim, 1, false, false>();
     };
     switch (format) {
       case KvFormat::kBf16: return for_format.template operator()<KvFormat::kBf16>();
@@ -2684,14 +2772,14 @@ cudaError_t LaunchKernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false>
+template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 Status LaunchPartial(const DecodeParams& params, int items, int kv_heads, cudaStream_t stream, bool programmatic) {
-  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta>;
-  MINIMAKV_RETURN_IF_ERROR(
-      CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(), "partial kernel smem attribute"));
-  // grid y: every head tile of every KV head (CtaHeadTile).
-  const unsigned head_ctas = unsigned(kv_heads) * unsigned(params.head_tiles);
-  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta>(),
+  using L = TileLayout<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>;
+  MINIMAKV_RETURN_IF_ERROR(CudaError(PreparePartial<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(),
+                                     "partial kernel smem attribute"));
+  // grid y: every head tile of every KV head (CtaHeadTile), or every KV head pair (PairedHeadTile).
+  const unsigned head_ctas = kPairedKv ? unsigned(kv_heads) / 2 : unsigned(kv_heads) * unsigned(params.head_tiles);
+  return CudaError(LaunchKernel(PartialKernel<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(),
                                 dim3(unsigned(items), head_ctas), dim3(L::kThreads), L::kSmemBytes, stream,
                                 programmatic, params),
                    "decode partial kernel launch");
@@ -2767,17 +2855,21 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     // Split: chunks of at most chunk_pages pages per sequence; each chunk x KV head is one CTA. Pick chunk_pages
     // minimizing the modeled step time, waves(chunk) * (chunk + per-CTA overhead), waves = ceil(CTAs / resident
     // slots): whole waves, no mostly-empty last wave (a 1.45-wave split costs 27% of the bandwidth).
+    plan.paired_[v] = UsePairedTq3(shape.tq3_ctas, view.format, shape.head_dim, group, shape.kv_heads);
+    // CTAs per (sequence, chunk): one per head tile of each KV head, or one per KV head pair.
+    const int64_t row_ctas =
+        plan.paired_[v] ? int64_t(shape.kv_heads / 2) : int64_t(shape.kv_heads) * plan.head_ctas_[v];
     int64_t rows = 0;  // (sequence, KV head) rows with work
     for (int s = 0; s < shape.num_seqs; ++s) rows += view.page_indptr[s + 1] > view.page_indptr[s] ? 1 : 0;
-    rows *= int64_t(shape.kv_heads) * plan.head_ctas_[v];
-    plan.wide_[v] =
-        UseWideTq3(shape.tq3_ctas, view.format, shape.head_dim, plan.cta_heads_[v], rows, sm_count);
+    rows *= row_ctas;
+    plan.wide_[v] = !plan.paired_[v] &&
+                    UseWideTq3(shape.tq3_ctas, view.format, shape.head_dim, plan.cta_heads_[v], rows, sm_count);
     int ctas_per_sm = 0;
-    MINIMAKV_RETURN_IF_ERROR(
-        WithPartialKernel(view.format, shape.head_dim, plan.cta_heads_[v], plan.wide_[v],
-                          [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta>() {
-                            return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta>(&ctas_per_sm);
-                          }));
+    MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
+        view.format, shape.head_dim, plan.cta_heads_[v], plan.wide_[v], plan.paired_[v],
+        [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta, bool kPairedKv>() {
+          return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(&ctas_per_sm);
+        }));
     const int64_t slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
     int64_t max_seq_pages = 1;
     for (int s = 0; s < shape.num_seqs; ++s) {
@@ -2793,7 +2885,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
         const int64_t pages = view.page_indptr[s + 1] - view.page_indptr[s];
         ctas += (pages + cp - 1) / cp;
       }
-      ctas *= int64_t(shape.kv_heads) * plan.head_ctas_[v];
+      ctas *= row_ctas;
       const double cost = double((ctas + slots - 1) / slots) * (double(cp) + overhead_pages);
       if (cost < best_cost * 0.999) {  // prefer larger chunks (fewer items) on near-ties
         best_cost = cost;
@@ -2929,10 +3021,10 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
 #endif
     // v17: CTAs of more than 8 query heads (the plan gives them only where HasTwoHeadTiles) run two head tiles.
     MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
-        layout.format, shape.head_dim, params.tile_heads, plan.wide_[v],
-        [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta>() {
-          return LaunchPartial<kFormat, kHeadDim, kHeadTiles, kWideCta>(params, plan.item_count_[v], shape.kv_heads,
-                                                                        stream, programmatic);
+        layout.format, shape.head_dim, params.tile_heads, plan.wide_[v], plan.paired_[v],
+        [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta, bool kPairedKv>() {
+          return LaunchPartial<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(
+              params, plan.item_count_[v], shape.kv_heads, stream, programmatic);
         }));
     programmatic = true;
   }

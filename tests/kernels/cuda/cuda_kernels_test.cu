@@ -383,7 +383,9 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
                      " [";
   for (KvFormat f : c.formats) name += std::string(KvFormatName(f)) + " ";
   name += "]";
-  if (c.tq3_ctas != CudaTq3Ctas::kAuto) name += c.tq3_ctas == CudaTq3Ctas::kWide ? " wide" : " narrow";
+  if (c.tq3_ctas != CudaTq3Ctas::kAuto) {
+    name += c.tq3_ctas == CudaTq3Ctas::kWide ? " wide" : c.tq3_ctas == CudaTq3Ctas::kPaired ? " paired" : " narrow";
+  }
 
   // Per sequence and format: token counts (some empty, odd, partial pages, one long).
   std::vector<std::vector<int>> tokens(c.formats.size(), std::vector<int>(num_seqs));
@@ -480,6 +482,12 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
             name.c_str(), v, int(plan.wide_ctas(v)));
     }
     CHECK(wide_exists || !plan.wide_ctas(v), "%s: view %d wide without a wide kernel", name.c_str(), v);
+    // v27: paired CTAs (two KV heads of head_dim 128 per CTA) where the group is 4 and the KV heads even; the plan's
+    // default there, forced by kPaired, never with another forced shape.
+    const bool paired_exists = plan.view_format(v) == KvFormat::kTq3 && d == 128 && group == 4 && c.kv_heads % 2 == 0;
+    const bool paired_wanted = c.tq3_ctas == CudaTq3Ctas::kAuto || c.tq3_ctas == CudaTq3Ctas::kPaired;
+    CHECK(plan.paired_ctas(v) == (paired_exists && paired_wanted), "%s: view %d paired_ctas %d", name.c_str(), v,
+          int(plan.paired_ctas(v)));
   }
   GuardedBuffer ws, out, lse;
   ws.Allocate(plan.workspace_bytes());
@@ -686,7 +694,8 @@ void TestPlanErrors() {
     std::vector<int32_t> seq_indptr(size_t(num_seqs) + 1), seq_last(size_t(num_seqs), 16);
     for (int s = 0; s <= num_seqs; ++s) seq_indptr[size_t(s)] = 4 * s;
     CudaViewLengths v{format, 16, seq_indptr.data(), seq_last.data()};
-    const bool ok = CudaDecodePlan::Create({num_seqs, 4 * kv_heads, kv_heads, head_dim, 0.1f, 0}, &v, 1, 132, &plan).ok();
+    // (groups of 2: groups of 4 over an even number of KV heads take paired CTAs, v27)
+    const bool ok = CudaDecodePlan::Create({num_seqs, 2 * kv_heads, kv_heads, head_dim, 0.1f, 0}, &v, 1, 132, &plan).ok();
     CHECK(ok && plan.wide_ctas(0) == expected, "%d seqs x %d KV heads d%d format %d: wide %d (expected %d)", num_seqs,
           kv_heads, head_dim, int(format), ok ? int(plan.wide_ctas(0)) : -1, int(expected));
   };
@@ -696,6 +705,23 @@ void TestPlanErrors() {
   check_wide(32, 8, 128, KvFormat::kTq3, true);
   check_wide(8, 8, 128, KvFormat::kFp8, false);   // TQ3 only
   check_wide(32, 4, 256, KvFormat::kTq3, false);  // d = 128 only
+  // v27: kAuto takes paired CTAs for TQ3 at d = 128 with groups of 4 and an even number of KV heads, at any batch.
+  auto check_paired = [&](int num_seqs, int num_q_heads, int kv_heads, int head_dim, KvFormat format, bool expected) {
+    std::vector<int32_t> seq_indptr(size_t(num_seqs) + 1), seq_last(size_t(num_seqs), 16);
+    for (int s = 0; s <= num_seqs; ++s) seq_indptr[size_t(s)] = 4 * s;
+    CudaViewLengths v{format, 16, seq_indptr.data(), seq_last.data()};
+    const bool ok =
+        CudaDecodePlan::Create({num_seqs, num_q_heads, kv_heads, head_dim, 0.1f, 0}, &v, 1, 132, &plan).ok();
+    CHECK(ok && plan.paired_ctas(0) == expected && !(plan.paired_ctas(0) && plan.wide_ctas(0)),
+          "%d seqs q%d/kv%d d%d format %d: paired %d (expected %d)", num_seqs, num_q_heads, kv_heads, head_dim,
+          int(format), ok ? int(plan.paired_ctas(0)) : -1, int(expected));
+  };
+  check_paired(1, 32, 8, 128, KvFormat::kTq3, true);
+  check_paired(32, 32, 8, 128, KvFormat::kTq3, true);
+  check_paired(8, 12, 3, 128, KvFormat::kTq3, false);  // odd KV heads
+  check_paired(8, 64, 8, 128, KvFormat::kTq3, false);  // group 8 fills the MMA columns already
+  check_paired(8, 32, 8, 128, KvFormat::kFp8, false);  // TQ3 only
+  check_paired(8, 16, 4, 256, KvFormat::kTq3, false);  // d = 128 only
   CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
   CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &odd, 1, 132, &plan).ok(), "page_tokens 24 accepted");
   const int32_t bad_last[1] = {17};
@@ -780,6 +806,26 @@ int main() {
   const DecodeCase split_shapes[] = {{24, 4, 256, 16, {}, 0}, {32, 8, 128, 64, {}, 0}, {16, 2, 256, 32, {}, 1},
                                      {26, 2, 128, 64, {}, 0}, {8, 8, 64, 16, {}, 3}};
   test_all(split_shapes, int(split_tokens.size()), &split_tokens);
+  // v27: TQ3 views at d = 128 with groups of 4 and an even number of KV heads as KV head pairs (the plan's default
+  // there; the runs above force narrow or wide CTAs). Run last so that the cases above keep their random draws.
+  // Pages of 16 (per-tile copies), 32, 64, 128 (regular units of 2, 4, 8 tiles per page), one pair and four.
+  const DecodeCase paired_shapes[] = {{32, 8, 128, 64, {}, 0}, {32, 8, 128, 128, {}, 1}, {16, 4, 128, 16, {}, 3},
+                                      {8, 2, 128, 32, {}, 0}};
+  for (const bool split : {false, true}) {
+    for (const DecodeCase& base : paired_shapes) {
+      for (const auto& formats : format_sets) {
+        if (std::find(formats.begin(), formats.end(), KvFormat::kTq3) == formats.end()) continue;
+        DecodeCase c = base;
+        c.formats = formats;
+        c.tq3_ctas = CudaTq3Ctas::kPaired;
+        if (split) {
+          TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
+        } else {
+          TestDecode(rng, c, 6, nullptr);
+        }
+      }
+    }
+  }
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
   return g_failures == 0 ? 0 : 1;
