@@ -2,7 +2,8 @@
 //
 // Partial kernel (one CTA = 4 warps = one work item x up to 8 query heads of one KV head, v17: up to 16 as two MMA
 // head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128; v23: TQ3 at head_dim 128 also
-// as one 16-warp CTA per SM, the plan's choice, CudaTq3Ctas). BF16
+// as one 16-warp CTA per SM, the plan's choice, CudaTq3Ctas; v27: TQ3 at head_dim 128 with groups of 4 as the head_dim-256
+// kernel over two adjacent KV heads, kPairedKv). BF16
 // (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
 // m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
@@ -1172,6 +1173,31 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
   out01 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4140u), tab.offset);
   out23 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4342u), tab.offset);
 }
+// v27, head_dim 256: the two keys' words interleaved by bytes instead (one prmt per 4 coordinates, no shift):
+// lo[i] = bytes (a0, b0, a1, b1) of words i, i.e. nibbles (a 8 i, a 8 i + 1, b 8 i, b 8 i + 1, a + 2, a + 3, b + 2,
+// b + 3), hi[i] the same for nibbles 4-7; masked (i < 3) or the spill gather (i = 3), as in Tq3PairSelectors.
+// A lookup of a 4-nibble half thus yields coordinates c, c + 1 of both keys: Tq3LookupPairs places (a, b) of c
+// and of c + 1 into their fp16x2 registers. 6 instead of 9 ALU-pipe instructions per 3 words of a key pair.
+__device__ inline void Tq3BytePairSelectors(const uint32_t (&wa)[3], const uint32_t (&wb)[3], uint32_t (&lo)[4],
+                                            uint32_t (&hi)[4]) {
+  uint32_t x[3];
+  uint32_t y[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    x[i] = Prmt(wa[i], wb[i], 0x5140u);
+    y[i] = Prmt(wa[i], wb[i], 0x7362u);
+    lo[i] = x[i] & kTq3IndexNibbles;
+    hi[i] = y[i] & kTq3IndexNibbles;
+  }
+  lo[3] = Tq3SpillSelectors(x[0], x[1], x[2]);
+  hi[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
+}
+// Nibbles (a c, a c + 1, b c, b c + 1) of sel -> fp16x2 (a, b) of coordinate c and of c + 1 (Tq3Lookup4's byte trick).
+__device__ inline void Tq3LookupPairs(uint32_t sel, const Tq3Tables& tab, uint32_t& out_c, uint32_t& out_c1) {
+  const uint32_t biased4 = Prmt(tab.unit_pos, tab.unit_neg, sel);  // bytes (a c, a c + 1, b c, b c + 1) + bias
+  out_c = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4240u), tab.offset);
+  out_c1 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4341u), tab.offset);
+}
 // Value side: the value MMA's A operand pairs two keys a, b of one coordinate per register, so the selector nibbles
 // of the two keys are interleaved first, on the raw words (bit 3 of every nibble still carries its spill bit):
 // byte k of x[i] = (a's nibble 2 k, b's nibble 2 k), byte k of y[i] = (a's nibble 2 k + 1, b's nibble 2 k + 1), one
@@ -1577,22 +1603,21 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     }
     return;
   }
-  uint32_t even01[4], odd01[4], even23[4], odd23[4];
-  Tq3PairSelectors(w[0], w[1], even01, odd01);
-  Tq3PairSelectors(w[2], w[3], even23, odd23);
+  // v27: byte-interleaved selectors (Tq3BytePairSelectors); m-tile 4 r + q takes coordinates 8 r + 2 q (row g) and
+  // + 1 (row g + 8), q = the 4-nibble quarter of lo[r] (q = 0, 1) or hi[r] (q = 2, 3): the same VDim as before.
+  uint32_t lo01[4], hi01[4], lo23[4], hi23[4];
+  Tq3BytePairSelectors(w[0], w[1], lo01, hi01);
+  Tq3BytePairSelectors(w[2], w[3], lo23, hi23);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {  // 4 coordinates (2 m-tiles) at a time: fewer live registers
-      uint32_t ve01[2], vo01[2], ve23[2], vo23[2];  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
-      Tq3Lookup4(j == 0 ? even01[r] : UpperSelectorHalf(even01[r]), tab, ve01[0], ve01[1]);
-      Tq3Lookup4(j == 0 ? odd01[r] : UpperSelectorHalf(odd01[r]), tab, vo01[0], vo01[1]);
-      Tq3Lookup4(j == 0 ? even23[r] : UpperSelectorHalf(even23[r]), tab, ve23[0], ve23[1]);
-      Tq3Lookup4(j == 0 ? odd23[r] : UpperSelectorHalf(odd23[r]), tab, vo23[0], vo23[1]);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // m-tile 4 r + 2 j + h: coordinates 8 r + 4 j + 2 h (row g), + 1 (row g + 8)
-        MmaHeadTiles(o_acc, 4 * r + 2 * j + h, ve01[h], vo01[h], ve23[h], vo23[h], pb);
-      }
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t sel01 = q < 2 ? lo01[r] : hi01[r];
+      const uint32_t sel23 = q < 2 ? lo23[r] : hi23[r];
+      uint32_t c01, c01_next, c23, c23_next;  // key pairs (2t, 2t + 1), (8 + 2t, 9 + 2t)
+      Tq3LookupPairs(q & 1 ? UpperSelectorHalf(sel01) : sel01, tab, c01, c01_next);
+      Tq3LookupPairs(q & 1 ? UpperSelectorHalf(sel23) : sel23, tab, c23, c23_next);
+      MmaHeadTiles(o_acc, 4 * r + q, c01, c01_next, c23, c23_next, pb);
     }
   }
 }
