@@ -1237,16 +1237,6 @@ __device__ inline void Tq3PairSelectors(const uint32_t (&wa)[3], const uint32_t 
 constexpr int kTq3DigitBits = 8;
 constexpr int kTq3DigitBase = 1 << kTq3DigitBits;  // weight of a query digit over the next lower one
 constexpr int kTq3QueryFixedMax = (127 * kTq3DigitBase + 127) * kTq3DigitBase + 127;  // largest |Q|: digits fit int8
-// v27: the digit accumulators start at the bits of the fp32 1.5 * 2^23 (0x4B400000); an integer S with |S| < 2^22 added
-// to them gives the bits of 1.5 * 2^23 + S exactly (the fp32 spacing there is 1), and subtracting 1.5 * 2^23 in fp32
-// yields float(S) exactly: one FADD on the FMA pipe per digit sum instead of an int -> float conversion (the two
-// conversions per score were 16 I2FP per 32-key unit), bit-identical. |S_k| <= 114 x 128 x 256 < 2^22 (head_dim 256).
-constexpr int kTq3FloatMagicBits = 0x4B400000;
-constexpr float kTq3FloatMagic = 12582912.0f;  // 1.5 * 2^23
-static_assert(114 * 128 * 256 < (1 << 22), "TQ3 digit sums stay in the magic-number range at head_dim 256");
-__device__ inline float Tq3ScoreDigit(int magic_plus_sum) {
-  return __fsub_rn(__int_as_float(magic_plus_sum), kTq3FloatMagic);
-}
 __host__ __device__ constexpr float Tq3Unit(int m) {
   return m == 0 ? kTq3Unit0 : m == 1 ? kTq3Unit1 : m == 2 ? kTq3Unit2 : kTq3Unit3;
 }
@@ -1360,9 +1350,6 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
     for (int j = 0; j < kRowsPerWarp; ++j) {
 #pragma unroll
       for (int part = 0; part < kPerLane / kRotPerLane; ++part) {
-        // (kPairedKv: with 4 warps, row warp + 4 j has its values in half j; the zero half stays zero.)
-        static_assert(!kPairedKv || kWarps == kMaxGroup / 2, "paired rows: half j of a warp's row j");
-        if (kPairedKv && part != j) continue;
         float rot[kRotPerLane];
 #pragma unroll
         for (int k = 0; k < kRotPerLane; ++k) rot[k] = v[j][part * kRotPerLane + k];
@@ -1957,15 +1944,11 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
         acc[0][c][0] = acc[0][c][1] = acc[0][c][2] = acc[0][c][3] = 0.0f;
         if constexpr (kHeadTiles == 2) acc[1][c][0] = acc[1][c][1] = acc[1][c][2] = acc[1][c][3] = 0.0f;
       }
-      // Integer scores (kImma): S2, S1, S0, each accumulated onto kTq3FloatMagicBits (v27): the sum's bits are then
-      // the fp32 1.5 * 2^23 + S, so one FADD converts it (Tq3ScoreDigit) instead of a conversion instruction.
-      int iacc[kHeadTiles][3][4];
+      int iacc[kHeadTiles][3][4];  // integer scores (kImma): S2, S1, S0
 #pragma unroll
       for (int c = 0; c < 3; ++c) {
-        iacc[0][c][0] = iacc[0][c][1] = iacc[0][c][2] = iacc[0][c][3] = kTq3FloatMagicBits;
-        if constexpr (kHeadTiles == 2) {
-          iacc[1][c][0] = iacc[1][c][1] = iacc[1][c][2] = iacc[1][c][3] = kTq3FloatMagicBits;
-        }
+        iacc[0][c][0] = iacc[0][c][1] = iacc[0][c][2] = iacc[0][c][3] = 0;
+        if constexpr (kHeadTiles == 2) iacc[1][c][0] = iacc[1][c][1] = iacc[1][c][2] = iacc[1][c][3] = 0;
       }
       // Rows of masked keys: FP8 reads the last valid one (a staged unused slot may hold NaN codes); TQ3 reads the
       // staged row itself (any code decodes to a finite value; its score is masked and its V scale zeroed below;
@@ -2092,18 +2075,17 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
         v_scale[sub][1] = StagedFp8Scale(v_stage + L::kVScaleOffset - L::kVOffset, key_b);
       }
       if constexpr (kImma) {
-        // 2^16 S2 + (2^8 S1 + S0): |S2|, |S1|, |S0| <= 114 x 128 x 256 < 2^22 at d = 256, so each digit sum is exact
-        // in fp32 (Tq3ScoreDigit); 2^8 S1 + S0 (< 2^30) rounds once in the first fma, the sum once in the second,
-        // as the v15-v26 integer combine and its two conversions did (same bits). v12: times one per-(key, head)
-        // product score_unit * k_scale.
+        // 2^16 S2 + (2^8 S1 + S0): |S1|, |S0| <= 114 x 128 x 256 at d = 256, so 2^8 S1 + S0 stays below 2^30 in
+        // int32; S2 (< 2^22) converts exactly, the sum rounds once in fp32 (one fma: 2^16 S2 is exact). v12: times
+        // one per-(key, head) product score_unit * k_scale.
 #pragma unroll
         for (int ht = 0; ht < kHeadTiles; ++ht) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int kk = i >> 1;
             const int hh = i & 1;
-            const float low = __fmaf_rn(Tq3ScoreDigit(iacc[ht][1][i]), float(kTq3DigitBase), Tq3ScoreDigit(iacc[ht][2][i]));
-            const float sum = __fmaf_rn(Tq3ScoreDigit(iacc[ht][0][i]), float(kTq3DigitBase * kTq3DigitBase), low);
+            const int low = iacc[ht][1][i] * kTq3DigitBase + iacc[ht][2][i];
+            const float sum = __fmaf_rn(float(iacc[ht][0][i]), float(kTq3DigitBase * kTq3DigitBase), float(low));
             sc[ht][sub][kk][hh] = key_valid[sub][kk] ? sum * (score_unit[ht][hh] * k_scale[kk]) : -INFINITY;
           }
         }
@@ -2317,8 +2299,6 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
       const int dim0 = VDim<kFormat, kHeadDim>(g, m, 0);
       const int dim1 = VDim<kFormat, kHeadDim>(g, m, 1);
       const int head = kMaxGroup * ht + 2 * t;
-      // (kPairedKv: rows 0-3 keep dims 0-127 (g < 4), rows 4-7 dims 128-255; the other products are not stored.)
-      if (kPairedKv && (dim0 >= kHeadDim / 2) != (head >= kMaxGroup / 2)) continue;
       my_out[CombineIndex<kHeadDim>(head, dim0)] = o_acc[ht][m][0] * out_unit;
       my_out[CombineIndex<kHeadDim>(head + 1, dim0)] = o_acc[ht][m][1] * out_unit;
       my_out[CombineIndex<kHeadDim>(head, dim1)] = o_acc[ht][m][2] * out_unit;
