@@ -3,6 +3,7 @@
 // (query token x query head of the GQA group) that share every unpacked key and value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "minimakv/cpu_attention.h"
@@ -66,6 +67,20 @@ void Tq3AmxCentroidUnits(uint16_t* units_bf16);
 // their value B-tile rows (one key quad).
 void Tq3AmxInt8KeyUnits(const uint8_t* codes, int head_dim, int8_t* units);
 void Tq3AmxInt8ValueUnits(const uint8_t* values, size_t value_bytes, int n, int head_dim, int8_t* units);
+
+// The query and output rotations of the AVX-512 and AMX TQ3 kernels (kernels/cpu/hadamard_avx512.cpp): the bits of
+// HadamardRotation::Forward / Inverse (same fp32 operations per element, pairs of a pass 16 at a time). Only
+// called when the CPU has AVX-512F. x and y may alias.
+void HadamardForwardAvx512(const HadamardRotation& rotation, const float* x, float* y);
+void HadamardInverseAvx512(const HadamardRotation& rotation, const float* y, float* x);
+// The query digit tiles of the AMX-INT8 TQ3 kernels (AttendAmxTq3Int8*) for `rows` rows (1..kMaxTaskRows) of
+// q[rows][head_dim] and one score scale, as the kernels write them: tiles gets the head_dim / 64 chunks of the
+// task workspace's q_digits (Tq3AmxQueryDigitBytes(rows, head_dim) bytes, unused columns zero), digit_scales[r]
+// the fixed-point unit of row r. reference: the scalar code (the kernels' fallback for non-finite queries)
+// instead of the vector one. For the bit-identity test; only when AmxInt8Usable().
+size_t Tq3AmxQueryDigitBytes(int rows, int head_dim);
+void Tq3AmxQueryDigits(const float* q, int rows, float score_scale, int head_dim, bool reference, int8_t* tiles,
+                       float* digit_scales);
 
 // Kernel families, in increasing order of capability.
 enum class CpuIsa { kScalar, kAvx512, kAmx };

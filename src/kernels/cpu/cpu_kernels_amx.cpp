@@ -51,8 +51,11 @@
 // buffered scratch tiles with C read back one round later (both aimed at the stalls of a tile load right
 // after the stores that fill it, and of vector loads right after a tile store).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -315,7 +318,7 @@ MINIMAKV_AMX_TARGET inline __m512i Tq3Int8UnitTable() {
 struct Tq3Int8Amx {
   static constexpr int kStepCoords = 64;
   static constexpr int kStepCodeBytes = 24;  // two 12-byte groups of tq3_codec.h
-  static int Coordinate(int e) {
+  static constexpr int Coordinate(int e) {
     const int within = e % kStepCoords, q = within / 8, g = q / 4, byte = q % 4, t = (within % 8) / 4;
     const int j = within % 4;  // 0: the spill coordinate, 1, 2, 3: the nibble of W2, W1, W0
     const int base = e / kStepCoords * kStepCoords + 32 * g + 2 * byte + t;
@@ -1170,9 +1173,11 @@ MINIMAKV_AMX_TARGET void ValueBlockInt8(const Tq3QuadAmx::State& quad_state, con
 }
 
 // Row r's query (rotated, times the score scale) as fixed-point digits in the int8 B tiles, in Tq3Int8Amx's
-// expansion order, and its fixed-point unit in ws.digit_scale[r] (see kQueryFixedMax).
+// expansion order, and its fixed-point unit in ws.digit_scale[r] (see kQueryFixedMax). The reference:
+// WriteQueryDigits below gives the same bytes and falls back to this one for queries with inf or NaN.
 template <int ROWS>
-MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int r, int d, WorkspaceFor<ROWS>& ws) {
+MINIMAKV_AMX_TARGET void WriteQueryDigitsScalar(const float* q, float score_scale, int r, int d,
+                                                WorkspaceFor<ROWS>& ws) {
   float x[kMaxHeadDim];
   float max_abs = 0.0f;
   for (int i = 0; i < d; ++i) {
@@ -1194,6 +1199,66 @@ MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int
       const int column = p * ROWS + r;
       ws.q_digits[e / kInt8TileCoords][column / kTileCols][(e % kInt8TileCoords) / 4][4 * (column % kTileCols) + e % 4] =
           digits[p];
+    }
+  }
+}
+
+// Byte e of a 64-coordinate chunk in Tq3Int8Amx's expansion order: the chunk's coordinate Coordinate(e) (the same
+// chunk), so one VPERMB puts a chunk's digits of coordinate order into expansion order.
+constexpr auto kQueryDigitOrder = [] {
+  std::array<uint8_t, kInt8TileCoords> order{};
+  for (int e = 0; e < kInt8TileCoords; ++e) order[size_t(e)] = uint8_t(Tq3Int8Amx::Coordinate(e));
+  return order;
+}();
+
+// WriteQueryDigitsScalar 16 coordinates at a time, the same bytes: the same fp32 products and their maximum |x|
+// (exact in any order), fixed = clamp(lrint(double(x) * to_fixed)) with VCVTPD2DQ, which rounds as lrint does (the
+// MXCSR mode: nearest even by default; |double(x) * to_fixed| exceeds kQueryFixedMax by two double roundings at
+// most for finite x, so it fits int32), the digits by arithmetic shifts (rest - digit is a multiple of 256: >> 8
+// divides exactly). A query with inf or NaN (lrint undefined, max |x| not a number) takes the scalar code. Session
+// 12 measured the scalar one (libm lrint per coordinate) at 29% of a TQ3 task's setup; docs/cpu-notes.md session 13.
+template <int ROWS>
+MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int r, int d, WorkspaceFor<ROWS>& ws) {
+  alignas(64) float x[kMaxHeadDim];
+  const __m512 scale = _mm512_set1_ps(score_scale);
+  const __m512 infinity = _mm512_set1_ps(INFINITY);
+  __m512 max_abs_v = _mm512_setzero_ps();
+  __mmask16 finite = 0xFFFF;
+  for (int i = 0; i < d; i += kLanes) {
+    const __m512 xv = _mm512_mul_ps(_mm512_loadu_ps(q + i), scale);
+    _mm512_store_ps(x + i, xv);
+    const __m512 abs = _mm512_abs_ps(xv);
+    finite &= _mm512_cmp_ps_mask(abs, infinity, _CMP_LT_OQ);  // false for inf and NaN
+    max_abs_v = _mm512_max_ps(max_abs_v, abs);
+  }
+  if (finite != 0xFFFF) return WriteQueryDigitsScalar<ROWS>(q, score_scale, r, d, ws);
+  const float max_abs = _mm512_reduce_max_ps(max_abs_v);
+  const double to_fixed = max_abs > 0.0f ? double(kQueryFixedMax) / double(max_abs) : 0.0;
+  ws.digit_scale[r] = float(double(max_abs) / double(kQueryFixedMax));
+  alignas(64) int8_t digits[kQueryParts][kMaxHeadDim];  // coordinate order
+  const __m512d to_fixed_v = _mm512_set1_pd(to_fixed);
+  const __m512i fixed_max = _mm512_set1_epi32(kQueryFixedMax), fixed_min = _mm512_set1_epi32(-kQueryFixedMax);
+  for (int i = 0; i < d; i += kLanes) {
+    const __m512 xv = _mm512_load_ps(x + i);
+    const __m256i low = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(xv)), to_fixed_v));
+    const __m256i high = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(xv, 1)), to_fixed_v));
+    __m512i rest = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+    rest = _mm512_min_epi32(_mm512_max_epi32(rest, fixed_min), fixed_max);
+    for (int p = 0; p < kQueryParts; ++p) {
+      _mm_store_si128(reinterpret_cast<__m128i*>(digits[p] + i), _mm512_cvtepi32_epi8(rest));  // low 8 bits
+      const __m512i digit = _mm512_srai_epi32(_mm512_slli_epi32(rest, 24), 24);  // the same as a signed digit
+      rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, digit), kDigitBits);
+    }
+  }
+  const __m512i order = _mm512_loadu_si512(kQueryDigitOrder.data());
+  for (int c = 0; c < d / kInt8TileCoords; ++c) {
+    for (int p = 0; p < kQueryParts; ++p) {
+      const int column = p * ROWS + r;
+      alignas(64) uint32_t quads[kTileRows];  // quad k: expansion positions 4k .. 4k + 3 of the chunk
+      _mm512_store_si512(quads, _mm512_permutexvar_epi8(order, _mm512_load_si512(digits[p] + kInt8TileCoords * c)));
+      for (int k = 0; k < kTileRows; ++k) {
+        std::memcpy(&ws.q_digits[c][column / kTileCols][k][4 * (column % kTileCols)], &quads[k], sizeof quads[k]);
+      }
     }
   }
 }
@@ -1220,7 +1285,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   for (int r = 0; r < ROWS; ++r) {
     const float* q = task.q_rows[r];
     if constexpr (Codec::kFormat == KvFormat::kTq3) {
-      task.rotation->Forward(q, rotated);
+      HadamardForwardAvx512(*task.rotation, q, rotated);
       q = rotated;
     }
     if constexpr (kInt8Scores) {
@@ -1279,7 +1344,9 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
                                          : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
       out[coordinate] = ws.acc[r][e] * inv_sum;
     }
-    if constexpr (Codec::kFormat == KvFormat::kTq3) task.rotation->Inverse(rotated, task.out_rows[r]);
+    if constexpr (Codec::kFormat == KvFormat::kTq3) {
+      HadamardInverseAvx512(*task.rotation, rotated, task.out_rows[r]);
+    }
     *task.lse_rows[r] = ws.running_max[r] + std::log2(ws.running_sum[r]);
   }
 }
@@ -1367,6 +1434,46 @@ MINIMAKV_AMX_TARGET void Tq3AmxInt8ValueUnits(const uint8_t* values, size_t valu
   }
 }
 
+size_t Tq3AmxQueryDigitBytes(int rows, int head_dim) {
+  const int capacity = rows <= kNarrowTaskRows ? kNarrowTaskRows : kMaxTaskRows;
+  return size_t(head_dim / kInt8TileCoords) * size_t(ColumnBlocksFor(capacity)) * kTileRows * kTileRowBytes;
+}
+
+namespace {
+
+template <int ROWS>
+MINIMAKV_AMX_TARGET void QueryDigitsOfRows(const float* q, float score_scale, int head_dim, bool reference,
+                                           int8_t* tiles, float* digit_scales) {
+  const auto ws = std::make_unique<WorkspaceFor<ROWS>>();
+  std::memset(ws->q_digits, 0, sizeof ws->q_digits);
+  for (int r = 0; r < ROWS; ++r) {
+    const float* row = q + size_t(r) * size_t(head_dim);
+    if (reference) {
+      WriteQueryDigitsScalar<ROWS>(row, score_scale, r, head_dim, *ws);
+    } else {
+      WriteQueryDigits<ROWS>(row, score_scale, r, head_dim, *ws);
+    }
+    digit_scales[r] = ws->digit_scale[r];
+  }
+  std::memcpy(tiles, ws->q_digits, Tq3AmxQueryDigitBytes(ROWS, head_dim));
+}
+
+template <int... kRowsLess1>
+void QueryDigitsOfRowCount(std::integer_sequence<int, kRowsLess1...>, const float* q, int rows, float score_scale,
+                           int head_dim, bool reference, int8_t* tiles, float* digit_scales) {
+  ((rows == kRowsLess1 + 1 ? QueryDigitsOfRows<kRowsLess1 + 1>(q, score_scale, head_dim, reference, tiles, digit_scales)
+                           : void()),
+   ...);
+}
+
+}  // namespace
+
+void Tq3AmxQueryDigits(const float* q, int rows, float score_scale, int head_dim, bool reference, int8_t* tiles,
+                       float* digit_scales) {
+  QueryDigitsOfRowCount(std::make_integer_sequence<int, kMaxTaskRows>(), q, rows, score_scale, head_dim, reference,
+                        tiles, digit_scales);
+}
+
 void AttendAmxTq3Int8(const KernelTask& task) {
   // Empty tasks and other formats (the dispatcher never sends those here) take AttendAmx.
   if (task.num_pages == 0 || task.view->layout.format != KvFormat::kTq3) return AttendAmx(task);
@@ -1401,6 +1508,8 @@ void AttendAmxTq3Int8(const KernelTask& task) { AttendScalar(task); }
 void AttendAmxTq3Int8Values(const KernelTask& task) { AttendScalar(task); }
 void Tq3AmxInt8KeyUnits(const uint8_t*, int, int8_t*) {}
 void Tq3AmxInt8ValueUnits(const uint8_t*, size_t, int, int, int8_t*) {}
+size_t Tq3AmxQueryDigitBytes(int, int) { return 0; }
+void Tq3AmxQueryDigits(const float*, int, float, int, bool, int8_t*, float*) {}
 void Tq3AmxCentroidUnits(uint16_t* units_bf16) {
   for (int i = 0; i < 8; ++i) units_bf16[i] = 0;
 }

@@ -410,7 +410,7 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
   for (int r = 0; r < ROWS; ++r) {
     const float* q = task.q_rows[r];
     if constexpr (Codec::kFormat == KvFormat::kTq3) {
-      task.rotation->Forward(q, rotated);
+      HadamardForwardAvx512(*task.rotation, q, rotated);
       q = rotated;
     }
     for (int c = 0; c < d; ++c) ws.q[r][c] = q[Codec::Coordinate(c)] * task.score_scale_log2;
@@ -439,7 +439,7 @@ MINIMAKV_AVX512_TARGET void AttendTask(const KernelTask& task) {
     float* out = task.out_rows[r];
     if constexpr (Codec::kFormat == KvFormat::kTq3) {
       for (int c = 0; c < d; ++c) rotated[Codec::Coordinate(c)] = ws.acc[r][c] * inv_sum;
-      task.rotation->Inverse(rotated, out);
+      HadamardInverseAvx512(*task.rotation, rotated, out);
     } else {
       for (int c = 0; c < d; ++c) out[Codec::Coordinate(c)] = ws.acc[r][c] * inv_sum;
     }

@@ -614,6 +614,123 @@ TEST(CpuAmxKernels, Tq3Int8ExpansionsHoldEveryCoordinatesUnit) {
   }
 }
 
+// Test inputs for the bit-identity tests of the kernels' query setup: row `kind` 0 Gaussian-like, 1 random bit
+// patterns of finite floats (every exponent, subnormals), 2 zeros of both signs mixed with tiny and huge values,
+// 3 all +-0, 4 values around 1e30 (butterfly sums overflow to inf, inf - inf gives NaN), 5 one inf or NaN among
+// Gaussian-like values.
+std::vector<float> SetupTestRow(int d, int kind, uint32_t& state) {
+  const auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state;
+  };
+  const auto gaussian_like = [&] {  // sum of uniforms, enough for varied magnitudes and signs
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) s += float(next() >> 8) / float(1u << 24) - 0.5f;
+    return s;
+  };
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int i = 0; i < d; ++i) {
+    float v = gaussian_like();
+    if (kind == 1) {
+      uint32_t bits = next();
+      if (((bits >> 23) & 0xFF) == 0xFF) bits &= ~(1u << 30);  // keep it finite
+      std::memcpy(&v, &bits, 4);
+    } else if (kind == 2) {
+      const uint32_t pick = next() % 5;
+      v = pick == 0 ? 0.0f : pick == 1 ? -0.0f : pick == 2 ? v * 1e-40f : pick == 3 ? v * 1e20f : v;
+    } else if (kind == 3) {
+      v = (next() & 1) ? -0.0f : 0.0f;
+    } else if (kind == 4) {
+      v = v * 1e30f + ((next() & 1) ? 3e38f : -3e38f);
+    }
+    row[size_t(i)] = v;
+  }
+  if (kind == 5) row[size_t(next() % uint32_t(d))] = (next() & 1) ? NAN : -INFINITY;
+  return row;
+}
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The AVX-512 Hadamard rotation of the TQ3 kernels against HadamardRotation (the reference), bit for bit: same fp32
+// operations per element in the same order, so every input, inf and NaN included, must give the same bits.
+TEST(CpuSimdKernels, HadamardAvx512MatchesReferenceBits) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F on this machine";
+#else
+  GTEST_SKIP() << "the AVX-512 rotation is x86-64 only";
+#endif
+  uint32_t state = 777u;
+  for (int d : {64, 128, 256}) {
+    for (uint64_t seed : {HadamardRotation::kDefaultSeed, uint64_t(5)}) {
+      HadamardRotation rotation;
+      ASSERT_TRUE(HadamardRotation::Create(d, seed, &rotation).ok());
+      for (int trial = 0; trial < 60; ++trial) {
+        const int kind = trial % 6;
+        const std::vector<float> x = SetupTestRow(d, kind, state);
+        std::vector<float> want(static_cast<size_t>(d)), got(static_cast<size_t>(d), 1.0f), in_place = x;
+        rotation.Forward(x.data(), want.data());
+        cpu::HadamardForwardAvx512(rotation, x.data(), got.data());
+        cpu::HadamardForwardAvx512(rotation, in_place.data(), in_place.data());
+        for (int i = 0; i < d; ++i) {
+          ASSERT_TRUE(SameBits(got[size_t(i)], want[size_t(i)]))
+              << "forward d " << d << " kind " << kind << " i " << i << ": " << got[size_t(i)] << " vs "
+              << want[size_t(i)];
+          ASSERT_TRUE(SameBits(in_place[size_t(i)], want[size_t(i)])) << "forward in place, d " << d << " i " << i;
+        }
+        rotation.Inverse(x.data(), want.data());
+        cpu::HadamardInverseAvx512(rotation, x.data(), got.data());
+        in_place = x;
+        cpu::HadamardInverseAvx512(rotation, in_place.data(), in_place.data());
+        for (int i = 0; i < d; ++i) {
+          ASSERT_TRUE(SameBits(got[size_t(i)], want[size_t(i)]))
+              << "inverse d " << d << " kind " << kind << " i " << i << ": " << got[size_t(i)] << " vs "
+              << want[size_t(i)];
+          ASSERT_TRUE(SameBits(in_place[size_t(i)], want[size_t(i)])) << "inverse in place, d " << d << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+// The AMX-INT8 TQ3 kernels' query digit tiles, vector code against the scalar reference, byte for byte (and the
+// rows' fixed-point units bit for bit): every head_dim, narrow and wide task layouts, rows of every kind above,
+// and a row whose fixed-point values are exact halves (score scale 1, max |x| = kQueryFixedMax: to_fixed = 1), so
+// the round-half-to-even ties of lrint are hit.
+TEST(CpuAmxKernels, Tq3QueryDigitsMatchScalarBytes) {
+  if (!cpu::AmxInt8Usable()) GTEST_SKIP() << "no AMX-INT8 kernels on this machine";
+  constexpr float kFixedMax = 8355711.0f;  // (127 * 256 + 127) * 256 + 127
+  uint32_t state = 4242u;
+  for (int d : {64, 128, 256}) {
+    for (int rows : {1, 4, 5, 8, 9, 16}) {
+      for (int trial = 0; trial < 8; ++trial) {
+        std::vector<float> q;
+        for (int r = 0; r < rows; ++r) {
+          std::vector<float> row = SetupTestRow(d, (trial + r) % 6, state);
+          if ((trial + r) % 7 == 6) {  // ties
+            for (int i = 0; i < d; ++i) row[size_t(i)] = float(i % 9) - 4.0f + ((i % 2) ? 0.5f : -0.5f);
+            row[size_t(d - 1)] = (trial % 2) ? kFixedMax : -kFixedMax;
+          }
+          q.insert(q.end(), row.begin(), row.end());
+        }
+        const bool ties = trial % 3 == 0;
+        const float scale = ties ? 1.0f : 0.12751743f;  // log2(e) / sqrt(128)
+        const size_t bytes = cpu::Tq3AmxQueryDigitBytes(rows, d);
+        std::vector<int8_t> want(bytes, 1), got(bytes, 2);
+        std::vector<float> want_scale(static_cast<size_t>(rows)), got_scale(static_cast<size_t>(rows));
+        cpu::Tq3AmxQueryDigits(q.data(), rows, scale, d, true, want.data(), want_scale.data());
+        cpu::Tq3AmxQueryDigits(q.data(), rows, scale, d, false, got.data(), got_scale.data());
+        for (size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(int(got[i]), int(want[i])) << "d " << d << " rows " << rows << " trial " << trial << " byte " << i;
+        }
+        for (int r = 0; r < rows; ++r) {
+          ASSERT_TRUE(SameBits(got_scale[size_t(r)], want_scale[size_t(r)]))
+              << "d " << d << " rows " << rows << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 // The dispatcher reports the family it runs per format; options choose it, force_scalar wins.
 TEST(CpuAmxKernels, IsaNamesFollowOptions) {
   CpuAttentionOptions options;
