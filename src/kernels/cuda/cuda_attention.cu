@@ -545,6 +545,7 @@ struct TileLayout {
   static constexpr int kVStride = kPageCodeBytes + (kPadded ? 16 : 0);
   static constexpr int kHeadRunBytes = kSubTiles * kTile * kKStride;  // one head's K (or V) rows of a unit
   static constexpr int kKBlockStride = kPairedKv ? kHeadRunBytes : kBlockDims * 3 / 8;  // TQ3 128-dim blocks
+  static_assert(kKBlockStride % 4 == 0, "4-byte code loads");  // (also keeps nvcc's unused-member warning away)
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kPagedHeads * kHeadRunBytes;
   static constexpr int kKScaleOffset = kVOffset + kPagedHeads * kSubTiles * kTile * kVStride;
