@@ -168,7 +168,7 @@ struct Bf16Amx {
   static constexpr KvFormat kFormat = KvFormat::kBf16;
   static constexpr int kZmm = 1;
   static constexpr int kStepCoords = 32;
-  static int Coordinate(int e) { return e; }
+  static constexpr int Coordinate(int e) { return e; }
   struct State {};
   MINIMAKV_AMX_TARGET static void Expand(const State&, const uint8_t* codes, int step, __m512i (&out)[kZmm]) {
     out[0] = _mm512_loadu_si512(codes + 64 * step);
@@ -180,7 +180,7 @@ struct Fp8Amx {
   static constexpr int kZmm = 2;
   static constexpr int kStepCoords = 64;
   // Register z, word w (128-bit lane L = w / 8, k = w % 8) holds coordinate 16 L + 8 z + k of the step.
-  static int Coordinate(int e) {
+  static constexpr int Coordinate(int e) {
     const int base = e / 64 * 64;
     const int z = (e % 64) / 32;
     const int w = e % 32;
@@ -228,7 +228,7 @@ struct Tq3Amx {
   // coordinates 2 L, 2 L + 1 of group 0 (k = 2, 3: coordinates 24 + 2 L, 25 + 2 L) and of group 1 (k = 4, 5).
   static constexpr int kWordBase[kZmm][8] = {{0, 4, 8, 12, 16, 20, 32, 36}, {40, 44, 24, 25, 56, 57, 48, 52}};
   static constexpr int kLaneStride[kZmm][8] = {{1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 2, 2, 2, 2, 1, 1}};
-  static int Coordinate(int e) {
+  static constexpr int Coordinate(int e) {
     const int z = (e % 64) / 32, lane = (e % 32) / 8, k = e % 8;
     return e / 64 * 64 + kWordBase[z][k] + kLaneStride[z][k] * lane;
   }
@@ -454,7 +454,7 @@ using WorkspaceFor = Workspace<(ROWS <= kNarrowTaskRows ? kNarrowTaskRows : kMax
 
 // Value position e (accumulator order) -> expansion position, inside a step: register z, chunk half h, column n.
 template <typename Codec>
-int ValueExpansionPosition(int e) {
+constexpr int ValueExpansionPosition(int e) {
   const int base = e / Codec::kStepCoords * Codec::kStepCoords;
   const int within = e % Codec::kStepCoords;
   const int z = within / 32;
@@ -911,7 +911,7 @@ constexpr int kValueChunks = kInt8TileCoords / kTileCols;  // 16-coordinate B ti
 struct Tq3QuadAmx {
   static constexpr int kRegisters = 4;  // B-tile rows per quad and step: 16 coordinates x 4 keys each
   // Coordinate of column n of register j in a step (see above): q = n / 2 = 4 g + L, t = n % 2.
-  static int Coordinate(int e) {
+  static constexpr int Coordinate(int e) {
     const int base = e / kInt8TileCoords * kInt8TileCoords, j = (e % kInt8TileCoords) / kTileCols;
     const int n = e % kTileCols, q = n / 2, t = n % 2, g = q / 4, byte = q % 4;
     return base + 32 * g + 8 * j + 2 * byte + t;  // j = 3: 24 + 2 L + t, the spill coordinates
@@ -1263,6 +1263,50 @@ MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int
   }
 }
 
+// The coordinate at each position of a task's vectors, for kMaxHeadDim positions (each step's permutation stays
+// inside the step, so the first d entries serve head_dim d): kQueryOrder, the keys' expansion order (the query
+// tiles); kOutputOrder, the accumulators' value position order.
+template <typename Codec>
+constexpr auto kQueryOrder = [] {
+  std::array<int32_t, kMaxHeadDim> order{};
+  for (int e = 0; e < kMaxHeadDim; ++e) order[size_t(e)] = Codec::Coordinate(e);
+  return order;
+}();
+template <typename Codec, bool kInt8Values>
+constexpr auto kOutputOrder = [] {
+  std::array<int32_t, kMaxHeadDim> order{};
+  for (int e = 0; e < kMaxHeadDim; ++e) {
+    order[size_t(e)] = kInt8Values ? Tq3QuadAmx::Coordinate(e) : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
+  }
+  return order;
+}();
+
+// Row r's query parts as bf16 B-tile columns p * ROWS + r (ws.q_tiles, the keys' expansion order), 16 coordinates
+// at a time: x = q[coordinate] * score_scale (a gather), split into hi + mid + lo by SplitThree, the parts' upper
+// halves packed per 32-position chunk (PackUpperHalves: dword i = positions 2 i, 2 i + 1) and written one dword
+// per tile row. Each coordinate gets the same fp32 operations as the scalar loop this replaces (the product, hi =
+// truncation of x, mid = truncation of x - hi, lo = (x - hi) - mid), so the same bits; that loop, with its
+// scattered 16-bit stores, was ~40% of an FP8 task's time at one block per task (docs/cpu-notes.md session 13b).
+template <typename Codec, int ROWS>
+MINIMAKV_AMX_TARGET void WriteQueryParts(const float* q, float score_scale, int r, int d, WorkspaceFor<ROWS>& ws) {
+  const __m512 scale = _mm512_set1_ps(score_scale);
+  for (int c = 0; c < d / kTileBf16; ++c) {
+    __m512 halves[2][kQueryParts];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i at = _mm512_loadu_si512(kQueryOrder<Codec>.data() + kTileBf16 * c + kLanes * h);
+      SplitThree(_mm512_mul_ps(_mm512_i32gather_ps(at, q, sizeof(float)), scale), halves[h]);
+    }
+    for (int p = 0; p < kQueryParts; ++p) {
+      const int column = p * ROWS + r;
+      alignas(64) uint32_t pairs[kTileRows];
+      _mm512_store_si512(pairs, PackUpperHalves(halves[0][p], halves[1][p]));
+      for (int i = 0; i < kTileRows; ++i) {
+        std::memcpy(&ws.q_tiles[c][column / kTileCols][i][2 * (column % kTileCols)], &pairs[i], sizeof pairs[i]);
+      }
+    }
+  }
+}
+
 template <typename Codec, int ROWS, bool kInt8Scores = false, bool kInt8Values = false>
 MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   static_assert(!kInt8Values || kInt8Scores, "int8 values come with int8 scores");
@@ -1291,18 +1335,7 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
     if constexpr (kInt8Scores) {
       WriteQueryDigits<ROWS>(q, task.score_scale_log2, r, d, ws);
     } else {
-      for (int e = 0; e < d; ++e) {
-        const float x = q[Codec::Coordinate(e)] * task.score_scale_log2;
-        const float hi = FloatFromBits(FloatBits(x) & 0xFFFF0000u);
-        const float mid = FloatFromBits(FloatBits(x - hi) & 0xFFFF0000u);
-        const float lo = (x - hi) - mid;
-        const float parts[kQueryParts] = {hi, mid, lo};
-        for (int p = 0; p < kQueryParts; ++p) {
-          const int column = p * ROWS + r;
-          ws.q_tiles[e / kTileBf16][column / kTileCols][(e % kTileBf16) / 2][2 * (column % kTileCols) + e % 2] =
-              uint16_t(FloatBits(parts[p]) >> 16);
-        }
-      }
+      WriteQueryParts<Codec, ROWS>(q, task.score_scale_log2, r, d, ws);
     }
     std::memset(ws.acc[r], 0, sizeof(float) * size_t(d));
     ws.running_max[r] = -INFINITY;
@@ -1339,10 +1372,10 @@ MINIMAKV_AMX_TARGET void AttendTask(const KernelTask& task) {
   for (int r = 0; r < ROWS; ++r) {
     const float inv_sum = 1.0f / ws.running_sum[r];
     float* out = Codec::kFormat == KvFormat::kTq3 ? rotated : task.out_rows[r];
-    for (int e = 0; e < d; ++e) {
-      const int coordinate = kInt8Values ? Tq3QuadAmx::Coordinate(e)
-                                         : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
-      out[coordinate] = ws.acc[r][e] * inv_sum;
+    const __m512 inv = _mm512_set1_ps(inv_sum);  // out[coordinate] = acc * inv_sum, 16 at a time (a scatter)
+    for (int e = 0; e < d; e += kLanes) {
+      const __m512i at = _mm512_loadu_si512(kOutputOrder<Codec, kInt8Values>.data() + e);
+      _mm512_i32scatter_ps(out, at, _mm512_mul_ps(_mm512_load_ps(&ws.acc[r][e]), inv), sizeof(float));
     }
     if constexpr (Codec::kFormat == KvFormat::kTq3) {
       HadamardInverseAvx512(*task.rotation, rotated, task.out_rows[r]);
