@@ -1203,13 +1203,18 @@ MINIMAKV_AMX_TARGET void WriteQueryDigitsScalar(const float* q, float score_scal
   }
 }
 
+// A position -> coordinate table of an expansion order, built at compile time: table[e] = coordinate_of(e).
+template <typename T, int kPositions, typename CoordinateOf>
+constexpr std::array<T, kPositions> PositionTable(CoordinateOf coordinate_of) {
+  std::array<T, kPositions> table{};
+  for (int e = 0; e < kPositions; ++e) table[size_t(e)] = T(coordinate_of(e));
+  return table;
+}
+
 // Byte e of a 64-coordinate chunk in Tq3Int8Amx's expansion order: the chunk's coordinate Coordinate(e) (the same
 // chunk), so one VPERMB puts a chunk's digits of coordinate order into expansion order.
-constexpr auto kQueryDigitOrder = [] {
-  std::array<uint8_t, kInt8TileCoords> order{};
-  for (int e = 0; e < kInt8TileCoords; ++e) order[size_t(e)] = uint8_t(Tq3Int8Amx::Coordinate(e));
-  return order;
-}();
+constexpr auto kQueryDigitOrder =
+    PositionTable<uint8_t, kInt8TileCoords>([](int e) { return Tq3Int8Amx::Coordinate(e); });
 
 // WriteQueryDigitsScalar 16 coordinates at a time, the same bytes: the same fp32 products and their maximum |x|
 // (exact in any order), fixed = clamp(lrint(double(x) * to_fixed)) with VCVTPD2DQ, which rounds as lrint does (the
@@ -1267,19 +1272,11 @@ MINIMAKV_AMX_TARGET void WriteQueryDigits(const float* q, float score_scale, int
 // inside the step, so the first d entries serve head_dim d): kQueryOrder, the keys' expansion order (the query
 // tiles); kOutputOrder, the accumulators' value position order.
 template <typename Codec>
-constexpr auto kQueryOrder = [] {
-  std::array<int32_t, kMaxHeadDim> order{};
-  for (int e = 0; e < kMaxHeadDim; ++e) order[size_t(e)] = Codec::Coordinate(e);
-  return order;
-}();
+constexpr auto kQueryOrder = PositionTable<int32_t, kMaxHeadDim>([](int e) { return Codec::Coordinate(e); });
 template <typename Codec, bool kInt8Values>
-constexpr auto kOutputOrder = [] {
-  std::array<int32_t, kMaxHeadDim> order{};
-  for (int e = 0; e < kMaxHeadDim; ++e) {
-    order[size_t(e)] = kInt8Values ? Tq3QuadAmx::Coordinate(e) : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
-  }
-  return order;
-}();
+constexpr auto kOutputOrder = PositionTable<int32_t, kMaxHeadDim>([](int e) {
+  return kInt8Values ? Tq3QuadAmx::Coordinate(e) : Codec::Coordinate(ValueExpansionPosition<Codec>(e));
+});
 
 // Row r's query parts as bf16 B-tile columns p * ROWS + r (ws.q_tiles, the keys' expansion order), 16 coordinates
 // at a time: x = q[coordinate] * score_scale (a gather), split into hi + mid + lo by SplitThree, the parts' upper
