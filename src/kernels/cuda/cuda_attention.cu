@@ -1563,8 +1563,9 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     return;
   }
   // (d = 256: group g = 128-dim block g / 4, its group g % 4; kPairedKv: block 1 is the pair's second head.)
-  const uint8_t* v_rows =
-      v_stage + (kPairedKv ? (g >> 2) * L::kKBlockStride + 12 * (g & 3) : kHeadDim == 256 ? 12 * g : 12 * (g >> 1) + 2 * (g & 1));
+  const uint8_t* v_rows = v_stage + (kPairedKv           ? (g >> 2) * L::kKBlockStride + 12 * (g & 3)
+                                     : kHeadDim == 256 ? 12 * g
+                                                       : 12 * (g >> 1) + 2 * (g & 1));
   uint32_t w[4][3];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -1702,7 +1703,8 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
   // section ~95 -> ~72 instructions at d = 256; ptxas still re-derives some lane values under register pressure).
   const uint32_t lane_dst = my_stages_addr + 16 * lane;
   const uint32_t lane_k_src = uint32_t(head_row * L::kPageCodeBytes + 16 * lane);
-  // kPairedKv: the second head's runs start page_tokens vectors after the first's (both codes and scales).
+  // kPairedKv: the second head's code runs start page_tokens vectors after the first's (its scale runs likewise:
+  // scale_head * page_tokens below).
   const int pair_codes = kPairedKv ? page_tokens * L::kPageCodeBytes : 0;
   // Scale runs of a tile (32 bytes each): K then V, per head of the pair (kPairedKv: K a, K b, V a, V b).
   const bool scale_lane = lane < 4 * L::kPagedHeads;
