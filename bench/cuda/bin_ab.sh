@@ -40,7 +40,7 @@ for spec in "$@"; do
 done
 [[ ${#names[@]} -eq 0 ]] && exit $status
 csv=$OUT_DIR/${AB_CSV:-bin-ab.csv}
-echo "run,variant,round,kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps" > "$csv"
+echo "run,variant,round,kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps,merge_in_step_us" > "$csv"
 run=$(date -u +%H:%M)
 for round in $(seq 1 "${ROUNDS:-3}"); do
   for i in "${!names[@]}"; do
@@ -70,7 +70,10 @@ for shape, ctx, b in points:
             bw = statistics.median(float(r["pct_read_bw"]) for r in rs)
             each = "/".join(f"{float(r['time_us']):.1f}" for r in rs)
             mg = statistics.median(float(r["merge_us"]) for r in rs)
-            print(f"{shape:11s} {ctx:6d} b{b:<2d} {fmt:4s} {n:8s} {m:7.1f} ({each}) {bw:4.1f}% merge {mg:4.1f}"
-                  f" vs {m / med(base):.3f}")
+            # in step = the step minus the partial kernels alone (benchmarks from session 14; older ones: blank)
+            ms = [float(r["merge_in_step_us"]) for r in rs if r.get("merge_in_step_us")]
+            mis = f"{statistics.median(ms):4.1f}" if ms else "  - "
+            print(f"{shape:11s} {ctx:6d} b{b:<2d} {fmt:4s} {n:8s} {m:7.1f} ({each}) {bw:4.1f}% merge in step {mis}"
+                  f" alone {mg:4.1f} vs {m / med(base):.3f}")
 PY
 exit $status

@@ -1,7 +1,8 @@
 // Decode-step benchmark of the CUDA kernels (plain executable, CUDA events). For each shape, context, batch and
 // format: median time of one decode step (CudaDecodeRun: partial kernels, merge) over many runs,
 // L2 flushed before every run; the exact KV bytes the step must read; GB/s; % of the read bandwidth measured in
-// this same process; the merge kernel's time alone. Also FP8 -> TQ3 conversion throughput.
+// this same process; what the merge adds to the step (the step against the partial kernels alone, alternating run by
+// run: merge_in_step_us) and the merge kernel's time alone (merge_us). Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
 //   [--timeline N] [--tq3-ctas auto|narrow|wide|paired]
 // --timeline N (v19; needs a build with -DMINIMAKV_CUDA_TIMELINE=1): after each timed point, N more steps with the
@@ -412,7 +413,8 @@ int main(int argc, char** argv) {
 
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) {
-    std::fprintf(csv, "kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps\n");
+    std::fprintf(csv, "kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps,"
+                 "merge_in_step_us\n");
   }
   // v16: a GQA group of 16 (Qwen3-235B-A22B: 64 q / 4 kv heads, d 128; v17: one CTA of two head tiles per KV head for
   // FP8 / TQ3) and head_dim 64 (Llama-3.2-1B: 32 q / 8 kv heads) at 32K batch 8 (Qwen3-235B also at 64K batch 8).
@@ -503,20 +505,30 @@ int main(int argc, char** argv) {
           PartialStatesOut out{d_out, d_lse};
           auto step = [&] { STATUS_OK(CudaDecodeRun(plan, views.data(), int(views.size()), d_q, d_ws, out, stream)); };
           auto merge = [&] { STATUS_OK(CudaDecodeMerge(plan, d_ws, out, stream)); };
+          auto partials = [&] {
+            STATUS_OK(CudaDecodePartials(plan, views.data(), int(views.size()), d_q, d_ws, stream));
+          };
           for (int w = 0; w < 3; ++w) time_once(step);
-          std::vector<double> t, tm;
-          for (int r = 0; r < runs; ++r) t.push_back(time_once(step));
+          // The step and the step without its merge (the partial kernels alone) alternate run by run, so that their
+          // difference, what the merge adds to the step, sees the same clocks; the merge kernel alone as an ordinary
+          // launch after a flush (it then also pays a launch and the partial states' reads from DRAM).
+          std::vector<double> t, tp, tm;
+          for (int r = 0; r < runs; ++r) {
+            t.push_back(time_once(step));
+            tp.push_back(time_once(partials));
+          }
           for (int r = 0; r < std::max(5, runs / 3); ++r) tm.push_back(time_once(merge));
           const double us = Median(t);
+          const double merge_in_step_us = us - Median(tp);
           const double gbps = double(kv_bytes) / us * 1e-3;
-          std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge %6.1f us"
-                      "  items %d\n",
+          std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge in step"
+                      " %5.1f us (alone %5.1f)  items %d\n",
                       shape.name, ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
-                      Median(tm), plan.total_items());
+                      merge_in_step_us, Median(tm), plan.total_items());
           if (csv) {
-            std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f\n", shape.name, ctx, batch,
+            std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f\n", shape.name, ctx, batch,
                          variant.name, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, Median(tm), plan.total_items(),
-                         read_gbps);
+                         read_gbps, merge_in_step_us);
             std::fflush(csv);
           }
           if (timeline_steps > 0) {
@@ -605,7 +617,7 @@ int main(int argc, char** argv) {
     std::printf("convert %-12s %d pages of %d tokens: %.1f us, %.2f M pages/s, %.0f GB/s (fp8 read + tq3 written)\n",
                 shape.name, pages, kPageTokens, us, pages / us, double(bytes) / us * 1e-3);
     if (csv) {
-      std::fprintf(csv, "convert,%s,%d,%d,fp8->tq3,%.2f,%zu,%.1f,%.2f,0,0,%.1f\n", shape.name, kPageTokens, pages, us,
+      std::fprintf(csv, "convert,%s,%d,%d,fp8->tq3,%.2f,%zu,%.1f,%.2f,0,0,%.1f,0\n", shape.name, kPageTokens, pages, us,
                    bytes, double(bytes) / us * 1e-3, 100.0 * (double(bytes) / us * 1e-3) / read_gbps, read_gbps);
     }
     CUDA_OK(cudaFree(d_pairs));

@@ -86,6 +86,8 @@ class CudaDecodePlan {
                        CudaDecodePlan* out);
 
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // The workspace's first meta_bytes() hold the work lists that Upload writes; the partial states follow.
+  size_t meta_bytes() const { return meta_bytes_; }
   // Copies the work lists into d_workspace (cudaMemcpyAsync from this object's host memory: keep the plan alive
   // and unchanged until the stream has passed the copy).
   Status Upload(void* d_workspace, cudaStream_t stream) const;
@@ -106,8 +108,9 @@ class CudaDecodePlan {
   bool paired_ctas(int v) const { return paired_[v]; }
 
  private:
-  friend Status CudaDecodeRun(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
-                              PartialStatesOut, cudaStream_t);
+  // The partial kernels of a step; *launched = whether any kernel was launched (cuda_attention.cu).
+  friend Status CudaDecodePartialsLaunch(const CudaDecodePlan&, const PagedKvView*, int, const float*, void*,
+                                         cudaStream_t, bool* launched);
   friend Status CudaDecodeMerge(const CudaDecodePlan&, void*, PartialStatesOut, cudaStream_t);
   // CudaDecodeMerge's launch; programmatic = a dependent launch inside CudaDecodeRun (cuda_attention.cu).
   friend Status CudaDecodeMergeLaunch(const CudaDecodePlan&, void*, PartialStatesOut, cudaStream_t, bool programmatic);
@@ -138,8 +141,14 @@ class CudaDecodePlan {
 Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
                      void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 
-// Only the last kernel of CudaDecodeRun: merges the partial states already in d_workspace (left there by a
-// CudaDecodeRun with the same plan) into out. For benchmarks (the merge's share of a step) and re-merging.
+// CudaDecodeRun = CudaDecodePartials, then CudaDecodeMerge (inside CudaDecodeRun the merge is a programmatic
+// dependent launch: its CTAs start while the last partial kernel finishes).
+// CudaDecodePartials: only the partial kernels; they leave every work item's partial state in d_workspace. For
+// benchmarks (a step without its merge: what the merge adds to the step) and callers that merge further.
+Status CudaDecodePartials(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
+                          void* d_workspace, cudaStream_t stream);
+// CudaDecodeMerge: only the last kernel: merges the partial states already in d_workspace (left there by
+// CudaDecodePartials or CudaDecodeRun with the same plan) into out, as an ordinary launch.
 Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 
 // Diagnostic timeline of a decode step (v19; build switch MINIMAKV_CUDA_TIMELINE=1, off by default: without it the

@@ -2980,16 +2980,17 @@ Status CudaDecodePlan::Upload(void* d_workspace, cudaStream_t stream) const {
 Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream,
                              bool programmatic);
 
-Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
-                     void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
+Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* views, int num_views,
+                                const float* d_q, void* d_workspace, cudaStream_t stream, bool* launched) {
   const CudaDecodeShape& shape = plan.shape_;
+  *launched = false;
   if (num_views != plan.num_views_) {
     return Status::InvalidArgument("num_views " + std::to_string(num_views) + " differs from the plan's " +
                                    std::to_string(plan.num_views_));
   }
   if (shape.num_seqs == 0) return Status::Ok();
-  if (d_q == nullptr || d_workspace == nullptr || out.out == nullptr || out.lse_log2 == nullptr) {
-    return Status::InvalidArgument("CudaDecodeRun: null query, workspace or output pointer");
+  if (d_q == nullptr || d_workspace == nullptr) {
+    return Status::InvalidArgument("CudaDecodePartials: null query or workspace pointer");
   }
   const int group = shape.num_q_heads / shape.kv_heads;
   uint8_t* ws = static_cast<uint8_t*>(d_workspace);
@@ -3055,8 +3056,27 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
               params, plan.item_count_[v], shape.kv_heads, stream, programmatic);
         }));
     programmatic = true;
+    *launched = true;
   }
-  return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, programmatic);
+  return Status::Ok();
+}
+
+Status CudaDecodePartials(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
+                          void* d_workspace, cudaStream_t stream) {
+  bool launched = false;
+  return CudaDecodePartialsLaunch(plan, views, num_views, d_q, d_workspace, stream, &launched);
+}
+
+Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
+                     void* d_workspace, PartialStatesOut out, cudaStream_t stream) {
+  if (plan.shape().num_seqs > 0 && (out.out == nullptr || out.lse_log2 == nullptr)) {
+    return Status::InvalidArgument("CudaDecodeRun: null output pointer");
+  }
+  bool launched = false;
+  MINIMAKV_RETURN_IF_ERROR(CudaDecodePartialsLaunch(plan, views, num_views, d_q, d_workspace, stream, &launched));
+  if (plan.shape().num_seqs == 0) return Status::Ok();
+  // The merge: a dependent launch after the partial kernels (an ordinary one if no view had items).
+  return CudaDecodeMergeLaunch(plan, d_workspace, out, stream, /*programmatic=*/launched);
 }
 
 

@@ -524,24 +524,29 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
         name.c_str());
   // v19: repeated steps in one stream (graph replays back to back, then eager runs), the output poisoned before
   // each: every step must redo all the work, so no state may carry from one step to the next; outputs and LSEs
-  // bit-identical.
+  // bit-identical. Session 14: the last step runs the two halves, CudaDecodePartials then CudaDecodeMerge (ordinary
+  // launches), which must give the same bits as CudaDecodeRun.
   constexpr int kRepeatedSteps = 3;
   std::vector<float> again(q_count), again_lse(got_lse.size());
-  for (int step = 0; step < 2 * kRepeatedSteps; ++step) {
+  for (int step = 0; step <= 2 * kRepeatedSteps; ++step) {
     CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, q_count * 4, stream));
     CUDA_OK(cudaMemsetAsync(lse.data(), 0xFF, got_lse.size() * 4, stream));
+    const char* kind = step < kRepeatedSteps ? "graph replay" : step < 2 * kRepeatedSteps ? "eager" : "two halves";
     if (step < kRepeatedSteps) {
       CUDA_OK(cudaGraphLaunch(exec, stream));
-    } else {
+    } else if (step < 2 * kRepeatedSteps) {
       STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
+    } else {
+      CUDA_OK(cudaMemsetAsync(ws.data() + plan.meta_bytes(), 0xFF, plan.workspace_bytes() - plan.meta_bytes(), stream));
+      STATUS_OK(CudaDecodePartials(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), stream));
+      STATUS_OK(CudaDecodeMerge(plan, ws.data(), states, stream));
     }
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaMemcpy(again.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(again_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
     CHECK(std::memcmp(again.data(), got.data(), q_count * 4) == 0 &&
               std::memcmp(again_lse.data(), got_lse.data(), got_lse.size() * 4) == 0,
-          "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step,
-          step < kRepeatedSteps ? "graph replay" : "eager");
+          "%s: repeated step %d (%s) differs from the first eager run", name.c_str(), step, kind);
   }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
