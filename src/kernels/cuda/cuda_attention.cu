@@ -137,10 +137,11 @@ constexpr float kProbScale = 16384.0f;
 #endif
 // (v19 dynamic work items and v20 row claims were measured slower and removed in session 8; docs/cuda-notes.md v19 /
 // v20 have the figures, commits a34e05b and dbdb294-c113b56 the code.)
-// - MINIMAKV_MERGE_EARLY_INDEX (v19): 1 = MergeRowKernel reads its row's item lists (indptr: the plan's upload, not
-//   written by this step's kernels) before its PDL wait, so the wait's release starts with the partial states' loads
-//   (one dependent round trip less after the last partial CTA); 0 = everything after the wait (v10-v18). Default 1:
-//   same-run A/B over 8 points x 4 formats (5 rounds): no cell slower beyond 0.05%, batch 1 0.5-3.4% faster (v19).
+// - MINIMAKV_MERGE_EARLY_INDEX (v19; MergeKernel too since session 14): 1 = the merge kernels read their row's item
+//   lists (indptr: the plan's upload, not written by this step's kernels) before their PDL wait, so the wait's release
+//   starts with the partial states' loads (one dependent round trip less after the last partial CTA); 0 = everything
+//   after the wait (v10-v18). Default 1: same-run A/B over 8 points x 4 formats (5 rounds): no cell slower beyond
+//   0.05%, batch 1 0.5-3.4% faster (v19, MergeRowKernel).
 #ifndef MINIMAKV_MERGE_EARLY_INDEX
 #define MINIMAKV_MERGE_EARLY_INDEX 1
 #endif
@@ -169,6 +170,7 @@ constexpr int kTq3CtasD128 = MINIMAKV_TQ3_CTAS_D128;
 constexpr int kTq3PairStagesD128 = MINIMAKV_TQ3_PAIR_STAGES_D128;
 constexpr int kTq3PairStagesD256 = MINIMAKV_TQ3_PAIR_STAGES_D256;
 constexpr bool kProgrammaticLaunch = MINIMAKV_CUDA_PDL != 0;
+constexpr bool kMergeEarlyIndex = MINIMAKV_MERGE_EARLY_INDEX != 0;
 constexpr int kMergeRowWarpsFewRows = MINIMAKV_MERGE_ROW_WARPS_FEW;
 constexpr int kMergeRowWarpsManyRows = MINIMAKV_MERGE_ROW_WARPS_MANY;
 constexpr int kMergeFewRows = 128;
@@ -1174,6 +1176,24 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
   out01 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4140u), tab.offset);
   out23 = SubHalf2(Prmt(biased4, tab.high_bytes, 0x4342u), tab.offset);
 }
+// The value side's selectors of a key pair (a, b): interleave(wa[i], wb[i], x[i], y[i]) merges the two keys' raw
+// words i (bit 3 of every nibble still its spill bit) into two words x, y; first[i] / second[i] (i < 3) are them
+// masked to selector nibbles, first[3] / second[3] the spill gathers of x / y (Tq3SpillSelectors). The interleaves:
+// Tq3BytePairSelectors (by bytes) and Tq3PairSelectors (by nibbles) below.
+template <typename Interleave>
+__device__ inline void Tq3InterleavedSelectors(const uint32_t (&wa)[3], const uint32_t (&wb)[3], Interleave interleave,
+                                               uint32_t (&first)[4], uint32_t (&second)[4]) {
+  uint32_t x[3];
+  uint32_t y[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    interleave(wa[i], wb[i], x[i], y[i]);
+    first[i] = x[i] & kTq3IndexNibbles;
+    second[i] = y[i] & kTq3IndexNibbles;
+  }
+  first[3] = Tq3SpillSelectors(x[0], x[1], x[2]);
+  second[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
+}
 // v27, head_dim 256: the two keys' words interleaved by bytes instead (one prmt per 4 coordinates, no shift):
 // lo[i] = bytes (a0, b0, a1, b1) of words i, i.e. nibbles (a 8 i, a 8 i + 1, b 8 i, b 8 i + 1, a + 2, a + 3, b + 2,
 // b + 3), hi[i] the same for nibbles 4-7; masked (i < 3) or the spill gather (i = 3), as in Tq3PairSelectors.
@@ -1181,17 +1201,12 @@ __device__ inline void Tq3Lookup4(uint32_t sel, const Tq3Tables& tab, uint32_t& 
 // and of c + 1 into their fp16x2 registers. 6 instead of 9 ALU-pipe instructions per 3 words of a key pair.
 __device__ inline void Tq3BytePairSelectors(const uint32_t (&wa)[3], const uint32_t (&wb)[3], uint32_t (&lo)[4],
                                             uint32_t (&hi)[4]) {
-  uint32_t x[3];
-  uint32_t y[3];
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    x[i] = Prmt(wa[i], wb[i], 0x5140u);
-    y[i] = Prmt(wa[i], wb[i], 0x7362u);
-    lo[i] = x[i] & kTq3IndexNibbles;
-    hi[i] = y[i] & kTq3IndexNibbles;
-  }
-  lo[3] = Tq3SpillSelectors(x[0], x[1], x[2]);
-  hi[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
+  Tq3InterleavedSelectors(
+      wa, wb, [](uint32_t a, uint32_t b, uint32_t& x, uint32_t& y) {
+        x = Prmt(a, b, 0x5140u);
+        y = Prmt(a, b, 0x7362u);
+      },
+      lo, hi);
 }
 // Nibbles (a c, a c + 1, b c, b c + 1) of sel -> fp16x2 (a, b) of coordinate c and of c + 1 (Tq3Lookup4's byte trick).
 __device__ inline void Tq3LookupPairs(uint32_t sel, const Tq3Tables& tab, uint32_t& out_c, uint32_t& out_c1) {
@@ -1209,17 +1224,12 @@ __device__ inline void Tq3LookupPairs(uint32_t sel, const Tq3Tables& tab, uint32
 // codes (48 with the bit planes of sessions 1-5).
 __device__ inline void Tq3PairSelectors(const uint32_t (&wa)[3], const uint32_t (&wb)[3], uint32_t (&even)[4],
                                         uint32_t (&odd)[4]) {
-  uint32_t x[3];
-  uint32_t y[3];
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    x[i] = BitSelect(0x0F0F0F0Fu, wa[i], wb[i] << 4);
-    y[i] = BitSelect(0x0F0F0F0Fu, wa[i] >> 4, wb[i]);
-    even[i] = x[i] & kTq3IndexNibbles;
-    odd[i] = y[i] & kTq3IndexNibbles;
-  }
-  even[3] = Tq3SpillSelectors(x[0], x[1], x[2]);
-  odd[3] = Tq3SpillSelectors(y[0], y[1], y[2]);
+  Tq3InterleavedSelectors(
+      wa, wb, [](uint32_t a, uint32_t b, uint32_t& x, uint32_t& y) {
+        x = BitSelect(0x0F0F0F0Fu, a, b << 4);
+        y = BitSelect(0x0F0F0F0Fu, a >> 4, b);
+      },
+      even, odd);
 }
 
 // ---- v9 / v15: TQ3 scores on the integer tensor cores (kImma in the kernel; the v8 fp16 score path went in v10).
@@ -2338,13 +2348,12 @@ struct MergeParams {
 // their weights in item order, kUnroll items' loads in flight at a time. The dependent global round trips are
 // what this kernel's time is made of, so the first kUnroll outputs are loaded together with the LSEs, and each lane
 // keeps its LSE (item lane) in a register for the weights instead of reading it again.
+// [begin, end): the view's items of seq (its indptr entries, read by the caller before its PDL wait).
 template <int kHeadDim>
-__device__ inline void MergeView(const MergeParams& p, int v, int seq, int head, int lane,
+__device__ inline void MergeView(const MergeParams& p, int v, int begin, int end, int head, int lane,
                                  float (&acc)[kHeadDim / kWarpSize], float* acc_lse) {
   constexpr int kPerLane = kHeadDim / kWarpSize;
   constexpr int kUnroll = 8;
-  const int begin = p.indptr[v][seq];
-  const int end = p.indptr[v][seq + 1];
   if (begin == end) return;
   const size_t first_state = size_t(p.item_offset[v] + begin) * p.num_q_heads + head;
   const size_t stride = size_t(p.num_q_heads);
@@ -2419,18 +2428,35 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   constexpr int kPerLane = kHeadDim / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   MINIMAKV_TIMELINE_ENTRY(kCudaTimelineMerge);
+  const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
+  const bool has_row = row < p.num_seqs * p.num_q_heads;
+  const int seq = has_row ? row / p.num_q_heads : 0;
+  const int head = row % p.num_q_heads;
+  // The row's item ranges per view (the plan's upload, not written by this step's kernels).
+  int begin[kCudaMaxViews], end[kCudaMaxViews];
+  auto read_ranges = [&] {
+#pragma unroll
+    for (int v = 0; v < kCudaMaxViews; ++v) {
+      begin[v] = v < p.num_views ? p.indptr[v][seq] : 0;
+      end[v] = v < p.num_views ? p.indptr[v][seq + 1] : 0;
+    }
+  };
+  // Session 14: read before the PDL wait, as MergeRowKernel does since v19 (MINIMAKV_MERGE_EARLY_INDEX).
+  if (kMergeEarlyIndex) read_ranges();
   WaitForPriorGrids();  // the partial states of this step
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, ready_ns);
-  const int row = blockIdx.x * kMergeWarps + threadIdx.x / kWarpSize;
-  if (row >= p.num_seqs * p.num_q_heads) return;
-  const int seq = row / p.num_q_heads;
-  const int head = row % p.num_q_heads;
+  if (!has_row) return;
+  if (!kMergeEarlyIndex) read_ranges();
+  // The view's range without a run-time register index (v < kCudaMaxViews = 3).
+  static_assert(kCudaMaxViews == 3, "range_of selects among three views");
+  auto begin_of = [&](int v) { return v == 0 ? begin[0] : v == 1 ? begin[1] : begin[2]; };
+  auto end_of = [&](int v) { return v == 0 ? end[0] : v == 1 ? end[1] : end[2]; };
   float acc[kPerLane];
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
   float acc_lse = -INFINITY;
   if (p.tq3_view >= 0) {
-    MergeView<kHeadDim>(p, p.tq3_view, seq, head, lane, acc, &acc_lse);
+    MergeView<kHeadDim>(p, p.tq3_view, begin_of(p.tq3_view), end_of(p.tq3_view), head, lane, acc, &acc_lse);
     // x = D H y / sqrt(d): the one inverse rotation of this head's TQ3 output.
     cuda_detail::WarpFwht<kHeadDim>(acc, lane);
 #pragma unroll
@@ -2439,7 +2465,7 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
     }
   }
   for (int v = 0; v < p.num_views; ++v) {
-    if (v != p.tq3_view) MergeView<kHeadDim>(p, v, seq, head, lane, acc, &acc_lse);
+    if (v != p.tq3_view) MergeView<kHeadDim>(p, v, begin_of(v), end_of(v), head, lane, acc, &acc_lse);
   }
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, loop_end_ns);
 #pragma unroll
