@@ -22,8 +22,11 @@ def main():
             continue
         read_bw = r["read_bw_gbps"]
         table.setdefault((r["shape"], r["context"], r["batch"]), {})[r["format"]] = r
+    in_step = any(r.get("merge_in_step_us") for r in ours)
+    merge_what = ("the mix step's time with the merge minus without, over the step" if in_step
+                  else "the merge kernel timed alone, over the mix step")
     print(f"\nSUMMARY (decode step, median us; %BW = GB/s over the read bandwidth measured in the same run, {read_bw} GB/s;"
-          f" merge% = the mix step's time with the merge minus without, over the step)")
+          f" merge% = {merge_what})")
     hdr = (f"{'shape':12s} {'ctx':>6s} {'b':>2s} | {'bf16 us':>8s} {'%BW':>4s} | {'fp8 us':>7s} {'%BW':>4s} | "
            f"{'tq3 us':>7s} {'%BW':>4s} | {'mix us':>7s} {'%BW':>4s} {'merge%':>6s} | {'torch us':>8s} | "
            f"{'mix/bf16':>8s} {'mix/torch':>9s} {'bf16/torch':>10s}")
@@ -36,7 +39,7 @@ def main():
         b, f8, t3, mx = cell("bf16"), cell("fp8"), cell("tq3"), cell("mix")
         # The merge's share of the mix step: what it adds to the step (step - partial kernels alone, same run);
         # CSVs before session 14 have only the merge kernel timed alone.
-        merge_key = "merge_in_step_us" if "mix" in fm and "merge_in_step_us" in fm["mix"] else "merge_us"
+        merge_key = "merge_in_step_us" if in_step else "merge_us"
         merge_pct = 100.0 * float(fm["mix"][merge_key]) / mx[0] if "mix" in fm else float("nan")
         tu = torch_us.get(key, float("nan"))
         print(f"{key[0]:12s} {int(key[1]):6d} {int(key[2]):2d} | {b[0]:8.1f} {b[1]:4.0f} | {f8[0]:7.1f} {f8[1]:4.0f} | "
