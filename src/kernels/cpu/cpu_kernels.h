@@ -68,6 +68,13 @@ void Tq3AmxCentroidUnits(uint16_t* units_bf16);
 void Tq3AmxInt8KeyUnits(const uint8_t* codes, int head_dim, int8_t* units);
 void Tq3AmxInt8ValueUnits(const uint8_t* values, size_t value_bytes, int n, int head_dim, int8_t* units);
 
+// The bf16 words the AMX FP8 kernel expands E4M3 codes to, back in coordinate order, for the expansion test (only
+// when AmxUsable()). Keys: one key of head_dim codes, bf16[coordinate] from its score A-tile row. Values: keys 0 and
+// 1 (n <= 2; a key at or past n reads as code 0) at head_dim bytes apart, bf16[k * head_dim + coordinate] from
+// their value B-tile rows (VNNI pairs).
+void Fp8AmxKeyBf16(const uint8_t* codes, int head_dim, uint16_t* bf16);
+void Fp8AmxValueBf16(const uint8_t* values, int n, int head_dim, uint16_t* bf16);
+
 // The query and output rotations of the AVX-512 and AMX TQ3 kernels (kernels/cpu/hadamard_avx512.cpp): the bits of
 // HadamardRotation::Forward / Inverse (same fp32 operations per element, pairs of a pass 16 at a time). Only
 // called when the CPU has AVX-512F. x and y may alias.

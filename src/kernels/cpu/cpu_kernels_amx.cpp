@@ -186,6 +186,25 @@ struct Fp8Amx {
     const int w = e % 32;
     return base + 16 * (w / 8) + 8 * z + w % 8;
   }
+  // GF2P8AFFINEQB bit matrix from its rows: rows[i] = the input bits whose parity is output bit i (the
+  // instruction reads row i from byte 7 - i of the qword; ref: Intel SDM vol. 2, GF2P8AFFINEQB).
+  static constexpr uint64_t BitMatrix(const uint8_t (&rows)[8]) {
+    uint64_t m = 0;
+    for (int i = 0; i < 8; ++i) m |= uint64_t(rows[i]) << (8 * (7 - i));
+    return m;
+  }
+  // A normal E4M3 code s.eeee.mmm (e >= 1, not the NaN code s.1111.111) is the bf16 s | (e + 120) << 7 | m << 4.
+  // Its low byte is bits 0-3 of the code moved to 4-7 (kLowRows); its high byte is s, then e + 120 >> 1 =
+  // 0x3C + (e >> 1), where e >> 1 = code bits 4-6 = t is 0..7: 0x3C + t = t1 t0 in bits 0-1, NOT t2 in bits 2-5,
+  // t2 in bit 6 (0x3C..0x3F for t < 4, 0x40..0x43 else), an affine map (kTopRows, XOR kTopBias).
+  static constexpr uint8_t kLowRows[8] = {0, 0, 0, 0, 0x01, 0x02, 0x04, 0x08};
+  static constexpr uint8_t kTopRows[8] = {0x10, 0x20, 0x40, 0x40, 0x40, 0x40, 0x40, 0x80};
+  static constexpr int kTopBias = 0x3C;
+  // Codes the affine map gets wrong: exponent 0 (zero and subnormals, m * 2^-9) and the NaN codes 0x7F, 0xFF.
+  // kSpecialRows maps the 7 magnitude bits by a bijection (bit 3 flips bits 0-2 and 4-6) that sends 0..7 to
+  // 0..7 and 0x7F to 8, so those codes, and only they, give bytes below kSpecialBelow.
+  static constexpr uint8_t kSpecialRows[8] = {0x09, 0x0A, 0x0C, 0x08, 0x18, 0x28, 0x48, 0};
+  static constexpr int kSpecialBelow = 9;
   struct State {
     // bf16 bits of each E4M3 magnitude (exact): high byte and low byte tables, two registers per table.
     __m512i top_lo, top_hi, low_lo, low_hi;
@@ -208,11 +227,24 @@ struct Fp8Amx {
   MINIMAKV_AMX_TARGET static void Expand(const State& s, const uint8_t* codes, int step, __m512i (&out)[kZmm]) {
     Words(s, _mm512_loadu_si512(codes + 64 * step), out);
   }
-  // The bf16 words of 64 codes c: out[0] the low 8 codes of each 128-bit lane, out[1] the high 8.
+  // The bf16 words of 64 codes c: out[0] the low 8 codes of each 128-bit lane, out[1] the high 8. Normal codes take
+  // two GF2P8AFFINEQB (the bf16's two bytes) after one GF2P8AFFINEQB and one compare that look for the others; a
+  // register holding any zero, subnormal or NaN code takes the tables (two VPERMI2B, the sign by VPTERNLOGD), which
+  // give the same words for normal codes. Such codes are rare: the per-vector scale maps the largest |x| to 448, so
+  // a coordinate is subnormal only below 2^-6 / 448 of it. Against the tables alone (4 shuffle-port uops for the
+  // lookups) this moves the work to GF2P8AFFINEQB: the FP8 step took 0.95-0.98 of the time in the in-process A/B at
+  // the Llama shape (docs/cpu-notes.md, session 14).
   MINIMAKV_AMX_TARGET static void Words(const State& s, __m512i c, __m512i (&out)[kZmm]) {
-    __m512i top = _mm512_permutex2var_epi8(s.top_lo, c, s.top_hi);  // bit 7 of the index is ignored
-    top = _mm512_ternarylogic_epi32(top, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // top | (c & 0x80): the sign
-    const __m512i low = _mm512_permutex2var_epi8(s.low_lo, c, s.low_hi);
+    const __m512i special = _mm512_gf2p8affine_epi64_epi8(c, _mm512_set1_epi64(int64_t(BitMatrix(kSpecialRows))), 0);
+    __m512i top, low;
+    if (__builtin_expect(_mm512_cmplt_epu8_mask(special, _mm512_set1_epi8(kSpecialBelow)) == 0, 1)) {
+      low = _mm512_gf2p8affine_epi64_epi8(c, _mm512_set1_epi64(int64_t(BitMatrix(kLowRows))), 0);
+      top = _mm512_gf2p8affine_epi64_epi8(c, _mm512_set1_epi64(int64_t(BitMatrix(kTopRows))), kTopBias);
+    } else {
+      top = _mm512_permutex2var_epi8(s.top_lo, c, s.top_hi);  // bit 7 of the index is ignored
+      top = _mm512_ternarylogic_epi32(top, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // top | (c & 0x80): the sign
+      low = _mm512_permutex2var_epi8(s.low_lo, c, s.low_hi);
+    }
     out[0] = _mm512_unpacklo_epi8(low, top);
     out[1] = _mm512_unpackhi_epi8(low, top);
   }
@@ -721,9 +753,9 @@ MINIMAKV_AMX_TARGET inline void ExpandValuePair(const typename Codec::State& sta
 // B-tile rows (VNNI pairs) of keys ka and ka + 1 for the registers [Z0, Z0 + ZN) of step `step`: rows[2 (z - Z0)]
 // and rows[2 (z - Z0) + 1] hold, in dword 4 L + t, the two keys' values at the coordinates of words t and 4 + t of
 // lane L of register z. Generic codecs expand both keys and interleave their words (2 unpacks per register).
-// FP8 interleaves the two keys' code bytes first (one unpack per register) and looks the pairs up directly:
-// the same rows, bit for bit, in 6 instead of 7 vector operations per key and 64 coordinates (5 instead of 6 on
-// the shuffle port), and a pass over one register of a step (two row blocks) looks up only its 32 codes per key.
+// FP8 interleaves the two keys' code bytes first (one unpack per register) and converts the pairs directly
+// (Fp8Amx::Words): the same rows, bit for bit, in 7 instead of 8 vector operations per key and 64 coordinates, and
+// a pass over one register of a step (two row blocks) converts only its 32 codes per key.
 template <typename Codec, int Z0, int ZN>
 MINIMAKV_AMX_TARGET inline void ValuePairRows(const typename Codec::State& state, const uint8_t* values,
                                               size_t value_bytes, int n, int ka, int step, bool prefetch,
@@ -741,7 +773,7 @@ MINIMAKV_AMX_TARGET inline void ValuePairRows(const typename Codec::State& state
       // Lane L: bytes (a, b) of codes 16 L + 8 z + k, k = 0..7; Words gives k = 0..3 and 4..7 as (a, b) pairs.
       const __m512i pairs = z == 0 ? _mm512_unpacklo_epi8(ca, cb) : _mm512_unpackhi_epi8(ca, cb);
       __m512i words[2];
-      Fp8Amx::Words(state, pairs, words);
+      Codec::Words(state, pairs, words);
       rows[2 * (z - Z0)] = words[0];
       rows[2 * (z - Z0) + 1] = words[1];
     }
@@ -1464,6 +1496,32 @@ MINIMAKV_AMX_TARGET void Tq3AmxInt8ValueUnits(const uint8_t* values, size_t valu
   }
 }
 
+MINIMAKV_AMX_TARGET void Fp8AmxKeyBf16(const uint8_t* codes, int head_dim, uint16_t* bf16) {
+  alignas(64) uint16_t tile[kKeyTile][kMaxHeadDim];
+  const uint8_t* a_base;
+  size_t a_stride;
+  PrepareKeyTile<Fp8Amx, false>(Fp8Amx::MakeState(), Tq3Int8Amx::State{}, codes, size_t(head_dim), 0, 1, head_dim,
+                                reinterpret_cast<uint8_t*>(tile[0]), &a_base, &a_stride);
+  for (int e = 0; e < head_dim; ++e) bf16[Fp8Amx::Coordinate(e)] = tile[0][e];
+}
+
+MINIMAKV_AMX_TARGET void Fp8AmxValueBf16(const uint8_t* values, int n, int head_dim, uint16_t* bf16) {
+  const Fp8Amx::State state = Fp8Amx::MakeState();
+  for (int step = 0; step < head_dim / Fp8Amx::kStepCoords; ++step) {
+    __m512i rows[2 * Fp8Amx::kZmm];
+    ValuePairRows<Fp8Amx, 0, Fp8Amx::kZmm>(state, values, size_t(head_dim), n, 0, step, false, nullptr, 0, rows);
+    for (int t = 0; t < 2 * Fp8Amx::kZmm; ++t) {
+      alignas(64) uint16_t words[kTileBf16];
+      _mm512_store_si512(words, rows[t]);
+      // rows[2 z + h], dword 4 L + j: both keys' words at expansion position 32 z + 8 L + 4 h + j of the step.
+      for (int dword = 0; dword < kTileBf16 / 2; ++dword) {
+        const int e = step * Fp8Amx::kStepCoords + 32 * (t / 2) + 8 * (dword / 4) + 4 * (t % 2) + dword % 4;
+        for (int key = 0; key < 2; ++key) bf16[key * head_dim + Fp8Amx::Coordinate(e)] = words[2 * dword + key];
+      }
+    }
+  }
+}
+
 size_t Tq3AmxQueryDigitBytes(int rows, int head_dim) {
   const int capacity = rows <= kNarrowTaskRows ? kNarrowTaskRows : kMaxTaskRows;
   return size_t(head_dim / kInt8TileCoords) * size_t(ColumnBlocksFor(capacity)) * kTileRows * kTileRowBytes;
@@ -1538,6 +1596,8 @@ void AttendAmxTq3Int8(const KernelTask& task) { AttendScalar(task); }
 void AttendAmxTq3Int8Values(const KernelTask& task) { AttendScalar(task); }
 void Tq3AmxInt8KeyUnits(const uint8_t*, int, int8_t*) {}
 void Tq3AmxInt8ValueUnits(const uint8_t*, size_t, int, int, int8_t*) {}
+void Fp8AmxKeyBf16(const uint8_t*, int, uint16_t*) {}
+void Fp8AmxValueBf16(const uint8_t*, int, int, uint16_t*) {}
 size_t Tq3AmxQueryDigitBytes(int, int) { return 0; }
 void Tq3AmxQueryDigits(const float*, int, float, int, bool, int8_t*, float*) {}
 void Tq3AmxCentroidUnits(uint16_t* units_bf16) {

@@ -614,6 +614,60 @@ TEST(CpuAmxKernels, Tq3Int8ExpansionsHoldEveryCoordinatesUnit) {
   }
 }
 
+// The AMX FP8 expansions (key A-tile rows, value B-tile pairs) against the E4M3 decode, for all 256 code bytes: the
+// kernel converts normal codes by bit arithmetic and takes a table for 64-code registers holding zero, subnormal or
+// NaN codes (Fp8Amx::Words), so every code is checked in registers of one code only, among random normal codes,
+// and at random places among random bytes. Expected: the bf16 bits of E4m3ToFloat (exact for every number); a NaN
+// code gives the quiet NaN 0x7FC0 with the code's sign bit (what the kernel's table always gave).
+TEST(CpuAmxKernels, Fp8ExpansionsHoldEveryCodesBf16) {
+  if (!cpu::AmxUsable()) GTEST_SKIP() << "no AMX kernels on this machine";
+  const auto bf16_of = [](int code) {
+    return uint16_t(((code & 0x80) << 8) | (FloatBits(E4m3ToFloat(uint8_t(code & 0x7F))) >> 16));
+  };
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7F) != 0x7F) EXPECT_EQ(bf16_of(code), uint16_t(FloatBits(E4m3ToFloat(uint8_t(code))) >> 16)) << code;
+  }
+  const auto is_normal = [](int code) { return (code & 0x78) != 0 && (code & 0x7F) != 0x7F; };
+  uint32_t state = 777u;
+  const auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  const auto random_normal = [&] {
+    int code;
+    do code = int(next() & 0xFF); while (!is_normal(code));
+    return uint8_t(code);
+  };
+  for (int d : {64, 128, 256}) {
+    std::vector<uint8_t> codes(size_t(2 * d));
+    std::vector<uint16_t> bf16(size_t(2 * d));
+    const auto check = [&](const char* what) {
+      cpu::Fp8AmxKeyBf16(codes.data(), d, bf16.data());
+      for (int c = 0; c < d; ++c) {
+        ASSERT_EQ(bf16[size_t(c)], bf16_of(codes[size_t(c)])) << what << ", key, d " << d << " coordinate " << c;
+      }
+      for (int n = 1; n <= 2; ++n) {
+        std::fill(bf16.begin(), bf16.end(), uint16_t(0xDEAD));
+        cpu::Fp8AmxValueBf16(codes.data(), n, d, bf16.data());
+        for (int i = 0; i < 2 * d; ++i) {
+          const int code = i < n * d ? codes[size_t(i)] : 0;  // a key past n reads as code 0 (+0)
+          ASSERT_EQ(bf16[size_t(i)], bf16_of(code)) << what << ", value, d " << d << " n " << n << " element " << i;
+        }
+      }
+    };
+    for (int code = 0; code < 256; ++code) {
+      std::fill(codes.begin(), codes.end(), uint8_t(code));
+      check("one code");
+      for (uint8_t& c : codes) c = random_normal();
+      codes[next() % codes.size()] = uint8_t(code);
+      check("among normal codes");
+      for (uint8_t& c : codes) c = uint8_t(next());
+      codes[next() % codes.size()] = uint8_t(code);
+      check("among random bytes");
+    }
+  }
+}
+
 // Test inputs for the bit-identity tests of the kernels' query setup: row `kind` 0 Gaussian-like, 1 random bit
 // patterns of finite floats (every exponent, subnormals), 2 zeros of both signs mixed with tiny and huge values,
 // 3 all +-0, 4 values around 1e30 (butterfly sums overflow to inf, inf - inf gives NaN), 5 one inf or NaN among
