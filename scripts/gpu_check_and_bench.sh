@@ -34,6 +34,17 @@ if [[ $MODE == tests || $MODE == all ]]; then
   memcheck_rc=$?
   tail -6 "$OUT_DIR/memcheck.log"
   [[ $test_rc -ne 0 || $memcheck_rc -ne 0 ]] && status=1
+  echo "== installed package: tests/install_consumer/cuda_example ($(date -u +%H:%M:%S))"
+  # The GPU path through find_package(minimakv) as a user builds it: install this build, build the consumer, run.
+  example_rc=1
+  cmake --install "$BUILD" --prefix "$BUILD/prefix" > "$BUILD/install.log" 2>&1 \
+    && cmake -S "$ROOT/tests/install_consumer" -B "$BUILD/consumer" -DCMAKE_PREFIX_PATH="$BUILD/prefix" \
+      > "$BUILD/consumer.log" 2>&1 \
+    && cmake --build "$BUILD/consumer" --target cuda_example -j "$JOBS" >> "$BUILD/consumer.log" 2>&1 \
+    && "$BUILD/consumer/cuda_example" | tee -a "$OUT_DIR/tests.log"
+  example_rc=${PIPESTATUS[0]}
+  [[ -x "$BUILD/consumer/cuda_example" ]] || { tail -20 "$BUILD/install.log" "$BUILD/consumer.log"; example_rc=1; }
+  [[ $example_rc -ne 0 ]] && { echo "cuda_example FAILED"; status=1; }
 fi
 
 if [[ $MODE == bench || $MODE == all ]]; then
@@ -51,7 +62,7 @@ if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the pa
   # summary sections, raw stall / pipe metrics, SM-to-SM spread of active cycles (bench/cuda/ncu_profile.sh)
   "$ROOT/bench/cuda/ncu_profile.sh" "$BENCH" "$OUT_DIR/ncu" "$p_shape" "$p_ctx" "$p_batch" "$p_fmt"
 fi
-echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped})"
+echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped}, cuda_example rc=${example_rc:-skipped})"
 if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then
   python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
     | tee "$OUT_DIR/summary.txt"
