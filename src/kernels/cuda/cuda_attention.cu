@@ -3,7 +3,7 @@
 // Partial kernel (one CTA = 4 warps = one work item x up to 8 query heads of one KV head, v17: up to 16 as two MMA
 // head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128; v23: TQ3 at head_dim 128 also
 // as one 16-warp CTA per SM, the plan's choice, CudaTq3Ctas; v27: TQ3 at head_dim 128 with groups of 4 as the head_dim-256
-// kernel over two adjacent KV heads, kPairedKv). BF16
+// kernel over two adjacent KV heads, kPairedKv; v28: head_dim 64 likewise through the head_dim-128 kernel). BF16
 // (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
 // m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
@@ -533,8 +533,9 @@ __device__ inline HeadTile PairedHeadTile(const DecodeParams& p) {
 // second 128-dim block sits kKBlockStride bytes after its first (one head's whole run instead of 48 bytes).
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 struct TileLayout {
-  static_assert(!kPairedKv || (kFormat == KvFormat::kTq3 && kHeadDim == 256 && kHeadTiles == 1 && !kWideCta),
-                "paired KV heads: the narrow TQ3 kernel of head_dim 256 over pages of head_dim 128");
+  static_assert(!kPairedKv || (kFormat == KvFormat::kTq3 && (kHeadDim == 256 || kHeadDim == 128) && kHeadTiles == 1 &&
+                                !kWideCta),
+                "paired KV heads: the narrow TQ3 kernel of head_dim 256 (128) over pages of head_dim 128 (64)");
   static constexpr int kTile = kCudaKeyTileTokens;
   // 16-key row blocks per staged tile (TQ3 pairs, v11: 2, rows of block h at h * kTile; other formats 1).
   static constexpr int kSubTiles = kFormat != KvFormat::kTq3 ? 1 : 2;
@@ -547,6 +548,13 @@ struct TileLayout {
   static constexpr int kVStride = kPageCodeBytes + (kPadded ? 16 : 0);
   static constexpr int kHeadRunBytes = kSubTiles * kTile * kKStride;  // one head's K (or V) rows of a unit
   static constexpr int kKBlockStride = kPairedKv ? kHeadRunBytes : kBlockDims * 3 / 8;  // TQ3 128-dim blocks
+  // Where a key's 32-coordinate group G (0 .. kHeadDim / 32 - 1, 12 code bytes) starts in its staged K or V rows:
+  // G x 12 in one head's vector; paired (session 14 also at head_dim 128 over pages of 64), the first half of the
+  // groups in head a's row, the second half one head run further in head b's.
+  __host__ __device__ static constexpr int GroupOffset(int group) {
+    constexpr int kGroupsPerPagedHead = kHeadDim / 32 / kPagedHeads;
+    return kPairedKv ? (group / kGroupsPerPagedHead) * kHeadRunBytes + 12 * (group % kGroupsPerPagedHead) : 12 * group;
+  }
   static_assert(kKBlockStride % 4 == 0, "4-byte code loads");  // (also keeps nvcc's unused-member warning away)
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kPagedHeads * kHeadRunBytes;
@@ -1572,10 +1580,9 @@ __device__ inline void TransposedValueTile(const uint8_t* v_stage, int valid, in
     }
     return;
   }
-  // (d = 256: group g = 128-dim block g / 4, its group g % 4; kPairedKv: block 1 is the pair's second head.)
-  const uint8_t* v_rows = v_stage + (kPairedKv           ? (g >> 2) * L::kKBlockStride + 12 * (g & 3)
-                                     : kHeadDim == 256 ? 12 * g
-                                                       : 12 * (g >> 1) + 2 * (g & 1));
+  // (d = 256: group g; d = 128: group g / 2, half g & 1; kPairedKv: groups of the pair's second head one head run
+  // further, L::GroupOffset.)
+  const uint8_t* v_rows = v_stage + (kHeadDim == 256 ? L::GroupOffset(g) : L::GroupOffset(g >> 1) + 2 * (g & 1));
   uint32_t w[4][3];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -2007,8 +2014,10 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
           }
         }
       } else if constexpr (kImma) {
-        const uint8_t* codes_a = row_a + t * 12;
-        const uint8_t* codes_b = row_b + t * 12;
+        // Group 4 block + t of each key: block * kKBlockStride + t * 12, or (paired d 128) L::GroupOffset(t).
+        const int lane_group = kPairedKv && kHeadDim == 128 ? L::GroupOffset(t) : t * 12;
+        const uint8_t* codes_a = row_a + lane_group;
+        const uint8_t* codes_b = row_b + lane_group;
 #pragma unroll
         for (int block = 0; block < kBlocks; ++block) {
           const uint8_t* ga = codes_a + block * L::kKBlockStride;  // group 4 block + t: words W0, W1, W2
@@ -2732,7 +2741,7 @@ bool UseWideTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int cta_heads
 // kernel over KV head pairs (kPairedKv, PairedHeadTile): the 8 MMA columns hold 4 + 4 query heads instead of 4 and 4
 // zero rows, so a unit's softmax, bookkeeping and copies serve twice the bytes.
 constexpr bool HasPairedTq3(KvFormat format, int head_dim, int group, int kv_heads) {
-  return format == KvFormat::kTq3 && head_dim == 128 && 2 * group == kMaxGroup && kv_heads % 2 == 0;
+  return format == KvFormat::kTq3 && (head_dim == 128 || head_dim == 64) && 2 * group == kMaxGroup && kv_heads % 2 == 0;
 }
 bool UsePairedTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int group, int kv_heads) {
   return HasPairedTq3(format, head_dim, group, kv_heads) &&
@@ -2772,16 +2781,18 @@ Status PartialOccupancy(int* ctas_per_sm) {
 // The one runtime -> template dispatch of the partial kernels (occupancy in the plan, launches in the run):
 // calls fn.template operator()<format, head_dim, head tiles, wide, paired>() for the kernel that serves CTAs of
 // cta_heads query heads (> kMaxGroup: the two-tile kernel, which exists for BF16 at every head_dim and FP8 / TQ3 at
-// 64 / 128); paired (v27): the head_dim-256 TQ3 kernel over KV head pairs of head_dim 128.
+// 64 / 128); paired (v27): the head_dim-256 TQ3 kernel over KV head pairs of head_dim 128 (v28: and the head_dim-128
+// one over pairs of head_dim 64).
 template <typename Fn>
 Status WithPartialKernel(KvFormat format, int head_dim, int cta_heads, bool wide, bool paired, Fn&& fn) {
   const bool two = cta_heads > kMaxGroup;
   if (wide && !HasWideTq3(format, head_dim, cta_heads)) return Status::Internal("no wide kernel for this view");
-  if (paired) {
-    if (format != KvFormat::kTq3 || head_dim != 128 || wide || two) {
+  if (paired) {  // the kernel of twice the pages' head_dim over two KV heads
+    if (format != KvFormat::kTq3 || (head_dim != 128 && head_dim != 64) || wide || two) {
       return Status::Internal("no paired kernel for this view");
     }
-    return fn.template operator()<KvFormat::kTq3, 256, 1, false, true>();
+    return head_dim == 128 ? fn.template operator()<KvFormat::kTq3, 256, 1, false, true>()
+                           : fn.template operator()<KvFormat::kTq3, 128, 1, false, true>();
   }
   auto for_dim = [&]<int kHeadDim>() -> Status {
     auto for_format = [&]<KvFormat kFormat>() -> Status {

@@ -484,7 +484,8 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
     CHECK(wide_exists || !plan.wide_ctas(v), "%s: view %d wide without a wide kernel", name.c_str(), v);
     // v27: paired CTAs (two KV heads of head_dim 128 per CTA) where the group is 4 and the KV heads even; the plan's
     // default there, forced by kPaired, never with another forced shape.
-    const bool paired_exists = plan.view_format(v) == KvFormat::kTq3 && d == 128 && group == 4 && c.kv_heads % 2 == 0;
+    const bool paired_exists =
+        plan.view_format(v) == KvFormat::kTq3 && (d == 128 || d == 64) && group == 4 && c.kv_heads % 2 == 0;
     const bool paired_wanted = c.tq3_ctas == CudaTq3Ctas::kAuto || c.tq3_ctas == CudaTq3Ctas::kPaired;
     CHECK(plan.paired_ctas(v) == (paired_exists && paired_wanted), "%s: view %d paired_ctas %d", name.c_str(), v,
           int(plan.paired_ctas(v)));
@@ -726,7 +727,10 @@ void TestPlanErrors() {
   check_paired(8, 12, 3, 128, KvFormat::kTq3, false);  // odd KV heads
   check_paired(8, 64, 8, 128, KvFormat::kTq3, false);  // group 8 fills the MMA columns already
   check_paired(8, 32, 8, 128, KvFormat::kFp8, false);  // TQ3 only
-  check_paired(8, 16, 4, 256, KvFormat::kTq3, false);  // d = 128 only
+  check_paired(8, 16, 4, 256, KvFormat::kTq3, false);  // d = 128 and (v28) 64 only
+  check_paired(8, 32, 8, 64, KvFormat::kTq3, true);    // v28: d = 64 through the d = 128 kernel
+  check_paired(1, 8, 2, 64, KvFormat::kTq3, true);
+  check_paired(8, 24, 3, 64, KvFormat::kTq3, false);  // odd KV heads
   CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
   CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &odd, 1, 132, &plan).ok(), "page_tokens 24 accepted");
   const int32_t bad_last[1] = {17};
@@ -818,6 +822,25 @@ int main() {
                                       {8, 2, 128, 32, {}, 0}};
   for (const bool split : {false, true}) {
     for (const DecodeCase& base : paired_shapes) {
+      for (const auto& formats : format_sets) {
+        if (std::find(formats.begin(), formats.end(), KvFormat::kTq3) == formats.end()) continue;
+        DecodeCase c = base;
+        c.formats = formats;
+        c.tq3_ctas = CudaTq3Ctas::kPaired;
+        if (split) {
+          TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
+        } else {
+          TestDecode(rng, c, 6, nullptr);
+        }
+      }
+    }
+  }
+  // v28: the same at d = 64 (pairs through the d = 128 kernel; pages of 16 and 32 per-tile copies, 64 and 128 too,
+  // since 48-chunk runs are no whole rounds of the warp). Run after all the above for the same reason.
+  const DecodeCase paired64_shapes[] = {{32, 8, 64, 64, {}, 0}, {16, 4, 64, 128, {}, 1}, {8, 2, 64, 16, {}, 3},
+                                        {8, 2, 64, 32, {}, 0}};
+  for (const bool split : {false, true}) {
+    for (const DecodeCase& base : paired64_shapes) {
       for (const auto& formats : format_sets) {
         if (std::find(formats.begin(), formats.end(), KvFormat::kTq3) == formats.end()) continue;
         DecodeCase c = base;
