@@ -99,10 +99,10 @@ def plot_kld():
 def newest_cuda_csv():
     found = []
     for p in glob.glob(os.path.join(DOCS, "cuda-bench-v*.csv")):
-        m = re.search(r"cuda-bench-v(\d+)\.csv$", p)
+        m = re.search(r"cuda-bench-v(\d+)([a-z]?)\.csv$", p)  # v28, then v28b (a later run of the same version)
         if m:
-            found.append((int(m.group(1)), p))
-    return max(found)[1] if found else None
+            found.append((int(m.group(1)), m.group(2), p))
+    return max(found)[2] if found else None
 
 
 def plot_gpu(batch=8):
