@@ -818,42 +818,32 @@ int main() {
   // v27: TQ3 views at d = 128 with groups of 4 and an even number of KV heads as KV head pairs (the plan's default
   // there; the runs above force narrow or wide CTAs). Run last so that the cases above keep their random draws.
   // Pages of 16 (per-tile copies), 32, 64, 128 (regular units of 2, 4, 8 tiles per page), one pair and four.
-  const DecodeCase paired_shapes[] = {{32, 8, 128, 64, {}, 0}, {32, 8, 128, 128, {}, 1}, {16, 4, 128, 16, {}, 3},
-                                      {8, 2, 128, 32, {}, 0}};
-  for (const bool split : {false, true}) {
-    for (const DecodeCase& base : paired_shapes) {
-      for (const auto& formats : format_sets) {
-        if (std::find(formats.begin(), formats.end(), KvFormat::kTq3) == formats.end()) continue;
-        DecodeCase c = base;
-        c.formats = formats;
-        c.tq3_ctas = CudaTq3Ctas::kPaired;
-        if (split) {
-          TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
-        } else {
-          TestDecode(rng, c, 6, nullptr);
+  // Paired TQ3 CTAs forced (kPaired) over every format set with TQ3, random lengths and the split lengths.
+  auto test_paired = [&](const auto& paired_cases) {
+    for (const bool split : {false, true}) {
+      for (const DecodeCase& base : paired_cases) {
+        for (const auto& formats : format_sets) {
+          if (std::find(formats.begin(), formats.end(), KvFormat::kTq3) == formats.end()) continue;
+          DecodeCase c = base;
+          c.formats = formats;
+          c.tq3_ctas = CudaTq3Ctas::kPaired;
+          if (split) {
+            TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
+          } else {
+            TestDecode(rng, c, 6, nullptr);
+          }
         }
       }
     }
-  }
+  };
+  const DecodeCase paired_shapes[] = {{32, 8, 128, 64, {}, 0}, {32, 8, 128, 128, {}, 1}, {16, 4, 128, 16, {}, 3},
+                                      {8, 2, 128, 32, {}, 0}};
+  test_paired(paired_shapes);
   // v28: the same at d = 64 (pairs through the d = 128 kernel; pages of 16 and 32 per-tile copies, 64 and 128 too,
   // since 48-chunk runs are no whole rounds of the warp). Run after all the above for the same reason.
   const DecodeCase paired64_shapes[] = {{32, 8, 64, 64, {}, 0}, {16, 4, 64, 128, {}, 1}, {8, 2, 64, 16, {}, 3},
                                         {8, 2, 64, 32, {}, 0}};
-  for (const bool split : {false, true}) {
-    for (const DecodeCase& base : paired64_shapes) {
-      for (const auto& formats : format_sets) {
-        if (std::find(formats.begin(), formats.end(), KvFormat::kTq3) == formats.end()) continue;
-        DecodeCase c = base;
-        c.formats = formats;
-        c.tq3_ctas = CudaTq3Ctas::kPaired;
-        if (split) {
-          TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
-        } else {
-          TestDecode(rng, c, 6, nullptr);
-        }
-      }
-    }
-  }
+  test_paired(paired64_shapes);
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
   return g_failures == 0 ? 0 : 1;
