@@ -93,8 +93,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                    "AVX-512 for bf16), amx, avx512, "
                    "scalar; also settable for a whole process with MINIMAKV_CPU_ISA. FAMILY:N limits kernel tasks "
                    "to N query rows (default 16; auto:8,auto times GQA groups above 8 cut into tasks of 8 against "
-                   "one task per group); FAMILY/i8 or FAMILY/bf16 picks the AMX TQ3 score tiles (int8, the default "
-                   "where AMX-INT8 exists, or bf16), e.g. auto/bf16,auto/i8", &isas_text);
+                   "one task per group); FAMILY/i8, FAMILY/i8s or FAMILY/bf16 picks the AMX TQ3 tiles (/i8: int8 scores "
+                   "and values, the default where AMX-INT8 exists; /i8s: int8 scores, bf16 values; /bf16: bf16 for "
+                   "both), e.g. auto/bf16,auto/i8s,auto/i8", &isas_text);
   parser.AddBool("flush-caches", "evict the KV from the CPU caches before each timed step (a real decode step "
                  "reads each layer cold); --flush-caches=false to time warm caches", &config.flush_caches);
   parser.AddBool("json", "print a JSON array of rows", &json);

@@ -263,7 +263,7 @@ int RunKld(const std::vector<std::string>& args) {
   parser.AddInt("threads", "CPU threads", &threads);
   parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
-  parser.AddBool("json", "print a JSON array of rows: mode, bits_per_value, kld, top1_agreement, ppl", &json);
+  parser.AddBool("json", "print a JSON array of rows: mode, bits_per_value, kld, top1_agreement, ppl, positions", &json);
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
   if (window < 2 || chunk < 2) return ReportError(command, Status::InvalidArgument("--window and --chunk must be >= 2"));
