@@ -36,7 +36,6 @@ if [[ $MODE == tests || $MODE == all ]]; then
   [[ $test_rc -ne 0 || $memcheck_rc -ne 0 ]] && status=1
   echo "== installed package: tests/install_consumer/cuda_example ($(date -u +%H:%M:%S))"
   # The GPU path through find_package(minimakv) as a user builds it: install this build, build the consumer, run.
-  example_rc=1
   cmake --install "$BUILD" --prefix "$BUILD/prefix" > "$BUILD/install.log" 2>&1 \
     && cmake -S "$ROOT/tests/install_consumer" -B "$BUILD/consumer" -DCMAKE_PREFIX_PATH="$BUILD/prefix" \
       > "$BUILD/consumer.log" 2>&1 \

@@ -530,7 +530,7 @@ __device__ inline HeadTile PairedHeadTile(const DecodeParams& p) {
 // kPairedKv (v27, TQ3 only): the kernel of head_dim 256 run over two adjacent KV heads of head_dim 128 (PairedHeadTile):
 // a staged unit holds the two heads' runs one after the other (K rows of head a, of head b, V rows likewise, then the
 // four scale runs), and the 256 "virtual" coordinates of a key are head a's 128 followed by head b's, so a key's
-// second 128-dim block sits kKBlockStride bytes after its first (one head's whole run instead of 48 bytes).
+// second 128-dim block sits one head's whole run after its first instead of 48 bytes (GroupOffset).
 template <KvFormat kFormat, int kHeadDim, int kHeadTiles = 1, bool kWideCta = false, bool kPairedKv = false>
 struct TileLayout {
   static_assert(!kPairedKv || (kFormat == KvFormat::kTq3 && (kHeadDim == 256 || kHeadDim == 128) && kHeadTiles == 1 &&
@@ -547,7 +547,6 @@ struct TileLayout {
   static constexpr int kKStride = kPageCodeBytes + (kPadded ? 64 : 0);
   static constexpr int kVStride = kPageCodeBytes + (kPadded ? 16 : 0);
   static constexpr int kHeadRunBytes = kSubTiles * kTile * kKStride;  // one head's K (or V) rows of a unit
-  static constexpr int kKBlockStride = kPairedKv ? kHeadRunBytes : kBlockDims * 3 / 8;  // TQ3 128-dim blocks
   // Where a key's 32-coordinate group G (0 .. kHeadDim / 32 - 1, 12 code bytes) starts in its staged K or V rows:
   // G x 12 in one head's vector; paired (session 14 also at head_dim 128 over pages of 64), the first half of the
   // groups in head a's row, the second half one head run further in head b's.
@@ -555,7 +554,6 @@ struct TileLayout {
     constexpr int kGroupsPerPagedHead = kHeadDim / 32 / kPagedHeads;
     return kPairedKv ? (group / kGroupsPerPagedHead) * kHeadRunBytes + 12 * (group % kGroupsPerPagedHead) : 12 * group;
   }
-  static_assert(kKBlockStride % 4 == 0, "4-byte code loads");  // (also keeps nvcc's unused-member warning away)
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kPagedHeads * kHeadRunBytes;
   static constexpr int kKScaleOffset = kVOffset + kPagedHeads * kSubTiles * kTile * kVStride;
@@ -2014,14 +2012,10 @@ __global__ void __launch_bounds__(TileLayout<kFormat, kHeadDim, kHeadTiles, kWid
           }
         }
       } else if constexpr (kImma) {
-        // Group 4 block + t of each key: block * kKBlockStride + t * 12, or (paired d 128) L::GroupOffset(t).
-        const int lane_group = kPairedKv && kHeadDim == 128 ? L::GroupOffset(t) : t * 12;
-        const uint8_t* codes_a = row_a + lane_group;
-        const uint8_t* codes_b = row_b + lane_group;
 #pragma unroll
         for (int block = 0; block < kBlocks; ++block) {
-          const uint8_t* ga = codes_a + block * L::kKBlockStride;  // group 4 block + t: words W0, W1, W2
-          const uint8_t* gb = codes_b + block * L::kKBlockStride;
+          const uint8_t* ga = row_a + L::GroupOffset(4 * block + t);  // group 4 block + t: words W0, W1, W2
+          const uint8_t* gb = row_b + L::GroupOffset(4 * block + t);
           const uint32_t wa[3] = {LoadU32(ga), LoadU32(ga + 4), LoadU32(ga + 8)};
           const uint32_t wb[3] = {LoadU32(gb), LoadU32(gb + 4), LoadU32(gb + 8)};
 #pragma unroll
@@ -2457,7 +2451,7 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
   if (!has_row) return;
   if (!kMergeEarlyIndex) read_ranges();
   // The view's range without a run-time register index (v < kCudaMaxViews = 3).
-  static_assert(kCudaMaxViews == 3, "range_of selects among three views");
+  static_assert(kCudaMaxViews == 3, "begin_of / end_of select among three views");
   auto begin_of = [&](int v) { return v == 0 ? begin[0] : v == 1 ? begin[1] : begin[2]; };
   auto end_of = [&](int v) { return v == 0 ? end[0] : v == 1 ? end[1] : end[2]; };
   float acc[kPerLane];
