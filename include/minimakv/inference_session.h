@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,6 +35,19 @@ std::string_view KvModeName(KvMode mode);
 // Parses "dense", "bf16", "fp8", "tq3", "minima".
 Status ParseKvMode(std::string_view name, KvMode* mode);
 
+// One layer's projections of one Forward chunk, after RoPE (and the qwen2 biases), before the chunk's K/V enter the
+// cache: positions [first_position, first_position + tokens). Row-major fp32:
+//   q [tokens][num_q_heads][head_dim], k and v [tokens][kv_heads][head_dim].
+// The pointers are valid only during the observer's call.
+struct LayerQkv {
+  int layer = 0;
+  int64_t first_position = 0;
+  int64_t tokens = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
 struct SessionOptions {
   KvMode mode = KvMode::kBf16;
   int num_threads = 2;
@@ -43,6 +57,9 @@ struct SessionOptions {
   int anchor_tokens = 256;   // minima and tq3 modes
   std::vector<int> hot_layers;  // tq3 and minima modes: layers kept FP8 (RetentionPolicy::hot_layers)
   bool emulate_llama_cpp_f16 = true;  // dense mode only
+  // Optional: called on the calling thread for every layer of every Forward chunk (and of a shared prefill, run
+  // by sessions[0]) with that layer's post-RoPE q, k, v; for capturing a real model's K/V (kv_capture_model.h).
+  std::function<void(const LayerQkv&)> qkv_observer;
 };
 
 class InferenceSession {

@@ -323,6 +323,16 @@ Status InferenceSession::ForwardImpl(std::span<const int32_t> tokens, bool all_l
       ApplyRope(im.q.data() + t * q_dim, nq, hd, c.rope_dims, angles, c.rope_neox);
       ApplyRope(im.k.data() + t * kv_dim, nkv, hd, c.rope_dims, angles, c.rope_neox);
     }
+    if (options_.qkv_observer) {
+      LayerQkv seen;
+      seen.layer = l;
+      seen.first_position = num_past_;
+      seen.tokens = T;
+      seen.q = im.q.data();
+      seen.k = im.k.data();
+      seen.v = im.v.data();
+      options_.qkv_observer(seen);
+    }
 
     // The chunk's K/V into the followers' caches (shared prefill) and, for a paged prefill chunk, into our own
     // cache, one session per task: encoding (FP8, TQ3 with its rotation) is independent per cache.
