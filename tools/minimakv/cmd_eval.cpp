@@ -1,4 +1,4 @@
-// minimakv eval niah | kld: quality of the KV modes on a real model.
+// minimakv eval niah | kld | capture-kv: quality of the KV modes on a real model, and real K/V for kernel checks.
 //   niah  passkey retrieval grid (contexts x depths x seeds); each case is prefilled once into one cache per
 //         mode, then each mode decodes its answer greedily. Rows: mode, context, accuracy, agreement_with_bf16,
 //         cases.
@@ -6,6 +6,8 @@
 //         THROUGH each mode's cache (a single-chunk prefill would attend on full-precision K/V everywhere).
 //         Per mode: mean KL(p_bf16 || p_mode) of the next-token distributions, top-1 agreement with bf16,
 //         perplexity of the text, and the cache's bits per stored K/V value.
+//   capture-kv  a passkey prompt prefilled in one chunk, then a few greedy decode steps; the chosen layers' K, V
+//         and decode queries written to a KV capture file (kv_capture.h) for tests/kernels/cuda/real_kv_check.cu.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +19,8 @@
 
 #include "command.h"
 #include "minimakv/inference_session.h"
+#include "minimakv/kv_capture.h"
+#include "minimakv/kv_capture_model.h"
 #include "minimakv/llama_model.h"
 #include "minimakv/model_files.h"
 #include "minimakv/passkey_task.h"
@@ -368,19 +372,130 @@ int RunKld(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+
+int RunCaptureKv(const std::vector<std::string>& args) {
+  const std::string command = "minimakv eval capture-kv";
+  std::string model_path = DefaultModelPath();
+  int64_t context = 8192;
+  std::vector<int> layers = {0, 7, 15, 29};
+  int queries = 4, threads = 2, depth_percent = 50, seed = 1;
+  std::string dtype = "bf16", mode_name = "minima", out_path, progress_flag = "auto";
+  bool json = false;
+  ArgParser parser(command,
+                   "Captures a real model's KV cache for kernel checks: a passkey prompt of about --context tokens is\n"
+                   "prefilled in one chunk (so its K/V are the model's full-precision K/V in every KV mode), then\n"
+                   "--queries tokens are decoded greedily with the cache in --mode. For each of --layers the file holds\n"
+                   "the post-RoPE K and V of every token and the post-RoPE fp32 query of each decode step, with the\n"
+                   "model's attention shape and the Minima-KV policy (anchors 256, recent 1024); format in\n"
+                   "include/minimakv/kv_capture.h. tests/kernels/cuda/real_kv_check.cu runs the CUDA decode on it.");
+  parser.AddString("model", "PATH", "GGUF model", &model_path);
+  parser.AddString("out", "FILE", "capture file to write (required)", &out_path);
+  parser.AddInt("context", "prompt length in tokens (the passkey prompt is at most this long)", &context);
+  parser.AddIntList("layers", "model layers to capture", &layers);
+  parser.AddInt("queries", "decode steps recorded after the prompt (1-64)", &queries);
+  parser.AddChoice("dtype", {"bf16", "fp32"}, "how K/V are stored: bf16 (half the size) or fp32 (exact)", &dtype);
+  parser.AddChoice("mode", {"minima", "tq3", "fp8", "bf16"}, "KV mode of the session for the decode steps", &mode_name);
+  parser.AddInt("depth", "needle depth in percent of the filler", &depth_percent);
+  parser.AddInt("seed", "passkey seed", &seed);
+  parser.AddInt("threads", "CPU threads", &threads);
+  parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
+  parser.AddBool("json", "print a JSON object: path, bytes, layers, tokens, prompt_tokens, queries, dtype, mode,\n"
+                         "passkey, answer, seconds", &json);
+  parser.SetEpilog("Example: minimakv eval capture-kv --context 8192 --layers 0,7,15,29 --out kv8k.mkvcap\n"
+                   "(bf16 K/V: about 6.3 MB per layer at 8K tokens for SmolLM2-135M; fp32 doubles it)");
+  int exit_code = kExitOk;
+  if (!ParseFlags(parser, args, &exit_code)) return exit_code;
+  if (out_path.empty()) return ReportError(command, Status::InvalidArgument("--out FILE is required"));
+  if (context < 128 || context > kKvCaptureMaxTokens / 2) {
+    return ReportError(command, Status::InvalidArgument("--context " + std::to_string(context) + " not in [128, 2^23]"));
+  }
+  if (depth_percent < 0 || depth_percent > 100) {
+    return ReportError(command, Status::InvalidArgument("--depth " + std::to_string(depth_percent) + " not in [0, 100]"));
+  }
+  if (threads < 1) return ReportError(command, Status::InvalidArgument("--threads must be >= 1"));
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<LlamaModel> model;
+  Status s = LoadModel(model_path, &model);
+  if (!s.ok()) return ReportError(command, s);
+  const Tokenizer& tok = model->tokenizer();
+  PasskeyCase pc;
+  s = BuildPasskeyCase(tok, context, double(depth_percent) / 100.0, uint64_t(seed), &pc);
+  if (!s.ok()) return ReportError(command, s);
+  KvCaptureOptions options;
+  options.layers = layers;
+  options.num_queries = queries;
+  options.kv_dtype = dtype == "fp32" ? KvCaptureDtype::kFp32 : KvCaptureDtype::kBf16;
+  s = ParseKvMode(mode_name, &options.mode);
+  if (!s.ok()) return ReportError(command, s);
+  options.num_threads = threads;
+  options.note = model->config().name + "; passkey prompt of " + std::to_string(pc.prompt_ids.size()) +
+                 " tokens (depth " + std::to_string(depth_percent) + "%, seed " + std::to_string(seed) +
+                 ") prefilled in one chunk; " + std::to_string(queries) + " greedy decode steps with the " + mode_name +
+                 " cache";
+  ProgressLine progress("eval capture-kv", ProgressModeFrom(progress_flag));
+  const int num_layers = model->config().num_layers;
+  options.on_progress = [&](int done, int total) {
+    progress.Update(double(done) / total, done <= num_layers
+                                              ? "prefill " + std::to_string(pc.prompt_ids.size()) + " tokens, layer " +
+                                                    std::to_string(done) + "/" + std::to_string(num_layers)
+                                              : "decode step " + std::to_string(done - num_layers));
+  };
+  KvCapture capture;
+  std::vector<int32_t> generated;
+  s = CaptureModelKv(*model, pc.prompt_ids, options, &capture, &generated);
+  if (!s.ok()) return ReportError(command, s);
+  progress.Update(1.0, "writing " + out_path);
+  s = WriteKvCapture(capture, out_path);
+  progress.Finish();
+  if (!s.ok()) return ReportError(command, s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t bytes = KvCaptureFileBytes(capture);
+  const std::string answer = tok.DecodeAll(generated);
+  std::string layer_list;
+  JsonValue layer_array = JsonValue::Array();
+  for (const KvCaptureLayer& l : capture.layers) {
+    layer_list += (layer_list.empty() ? "" : ",") + std::to_string(l.layer);
+    layer_array.Append(int64_t(l.layer));
+  }
+  if (json) {
+    JsonValue o = JsonValue::Object();
+    o.Set("path", out_path);
+    o.Set("bytes", int64_t(bytes));
+    o.Set("layers", layer_array);
+    o.Set("tokens", capture.tokens);
+    o.Set("prompt_tokens", int64_t(pc.prompt_ids.size()));
+    o.Set("queries", int64_t(capture.num_queries));
+    o.Set("dtype", dtype);
+    o.Set("mode", mode_name);
+    o.Set("passkey", pc.passkey);
+    o.Set("answer", answer);
+    o.Set("seconds", seconds);
+    PrintJson(o);
+  } else {
+    std::printf("wrote %s: %llu bytes, layers %s, %lld tokens (prompt %zu + %d decode steps), %s K/V\n",
+                out_path.c_str(), (unsigned long long)bytes, layer_list.c_str(), (long long)capture.tokens,
+                pc.prompt_ids.size(), capture.num_queries, dtype.c_str());
+    std::printf("passkey %s, greedy answer (%s cache) \"%s\", %.1f s\n", pc.passkey.c_str(), mode_name.c_str(),
+                answer.c_str(), seconds);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunEvalCommand(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::printf("Usage: minimakv eval niah|kld [flags]   (minimakv eval niah --help)\n"
-                "  niah  passkey retrieval accuracy per KV mode over contexts x depths x seeds\n"
-                "  kld   KL divergence vs bf16, top-1 agreement and perplexity per KV mode on long text\n");
+    std::printf("Usage: minimakv eval niah|kld|capture-kv [flags]   (minimakv eval niah --help)\n"
+                "  niah        passkey retrieval accuracy per KV mode over contexts x depths x seeds\n"
+                "  kld         KL divergence vs bf16, top-1 agreement and perplexity per KV mode on long text\n"
+                "  capture-kv  a real model's K/V and decode queries of chosen layers, to a file (GPU kernel checks)\n");
     return args.empty() ? kExitUsage : kExitOk;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "niah") return RunNiah(rest);
   if (args[0] == "kld") return RunKld(rest);
-  std::fprintf(stderr, "minimakv eval: unknown evaluation '%s' (niah, kld)\n", args[0].c_str());
+  if (args[0] == "capture-kv") return RunCaptureKv(rest);
+  std::fprintf(stderr, "minimakv eval: unknown evaluation '%s' (niah, kld, capture-kv)\n", args[0].c_str());
   return kExitUsage;
 }
 

@@ -18,7 +18,7 @@ namespace minimakv::cli {
   X("fidelity", Fidelity, "attention-output error of each format against fp64 dense attention")                   \
   X("run", Run, "end-to-end demo: passkey retrieval on a real model with the KV cache in every mode")             \
   X("generate", Generate, "text generation with the CPU runtime (any KV mode)")                                   \
-  X("eval", Eval, "niah: passkey accuracy per KV mode; kld: KL divergence / top-1 / perplexity vs bf16")
+  X("eval", Eval, "niah: passkey accuracy per KV mode; kld: KL divergence / top-1 / perplexity vs bf16; capture-kv")
 
 #define MINIMAKV_DECLARE_COMMAND(name, stem, help) int Run##stem##Command(const std::vector<std::string>& args);
 MINIMAKV_CLI_COMMANDS(MINIMAKV_DECLARE_COMMAND)
