@@ -46,9 +46,9 @@ inline constexpr int kCudaKeyTileTokens = 16;  // keys per MMA tile; page_tokens
 
 // CTA shape of the TQ3 partial kernel where several exist (head_dim 128, groups <= 8; docs/cuda-notes.md v23, v27):
 // narrow CTAs of 4 warps, several per SM; one wide CTA per SM with all their warps; or (groups of 4 and an even
-// number of KV heads, head_dim 128 or, since v28, 64) paired CTAs, each running the kernel of twice the head_dim over
-// two adjacent KV heads so that all 8 MMA columns hold query heads. kAuto lets the plan choose; the others force one
-// where it exists (tests, A/B).
+// number of KV heads, head_dim 128 or, since v28, 64; since session 15 groups of 1-4) paired CTAs, each running the
+// kernel of twice the head_dim over two adjacent KV heads so that the 8 MMA columns hold both heads' query heads
+// (all 8 at group 4). kAuto lets the plan choose; the others force one where it exists (tests, A/B).
 enum class CudaTq3Ctas { kAuto, kNarrow, kWide, kPaired };
 
 struct CudaDecodeShape {

@@ -3,7 +3,8 @@
 // Partial kernel (one CTA = 4 warps = one work item x up to 8 query heads of one KV head, v17: up to 16 as two MMA
 // head tiles sharing the K / V loads, for BF16 and for FP8 / TQ3 at head_dim <= 128; v23: TQ3 at head_dim 128 also
 // as one 16-warp CTA per SM, the plan's choice, CudaTq3Ctas; v27: TQ3 at head_dim 128 with groups of 4 as the head_dim-256
-// kernel over two adjacent KV heads, kPairedKv; v28: head_dim 64 likewise through the head_dim-128 kernel). BF16
+// kernel over two adjacent KV heads, kPairedKv; v28: head_dim 64 likewise through the head_dim-128 kernel; session
+// 15: groups of 1-3 too, in gapped rows). BF16
 // (DecodePartialKernel) takes key tiles of 16 tokens and runs two tensor-core products per tile (mma.sync
 // m16n8k16, fp32 accumulate):
 //   S[16 heads][8 keys]  = Q[16 heads][16 dims] * K^T       (two 8-key n-tiles; heads >= group are zero rows)
@@ -500,23 +501,39 @@ __device__ inline void AllowDependentLaunchAfterLoop(const DecodeParams& p) {
 // at most kMaxGroup rows (the MMA's 8-wide head dimension; v17: 2 kMaxGroup rows for the two-tile kernels), each a
 // CTA that reads the same pages; tiles of one KV head
 // are adjacent in y, so they run in the same wave and their second reads of a page mostly hit L2. first_head =
-// the tile's first query head (global index), rows = its query heads (rows >= rows are zero queries).
+// the tile's first query head (global index), rows = its query heads (rows >= rows are zero queries);
+// pair_group = the GQA group of a paired CTA (PairedHeadTile), 0 otherwise.
 struct HeadTile {
   int kv_head;
   int first_head;
   int rows;
+  int pair_group;
 };
 __device__ inline HeadTile CtaHeadTile(const DecodeParams& p) {
   const int y = int(blockIdx.y);
   const int kv_head = p.head_tiles == 1 ? y : y / p.head_tiles;  // groups <= 8: no division
   const int first_in_group = (y - kv_head * p.head_tiles) * p.tile_heads;
-  return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group)};
+  return {kv_head, kv_head * p.group + first_in_group, min(p.tile_heads, p.group - first_in_group), 0};
 }
-// v27 (kPairedKv): grid y = a pair of adjacent KV heads 2y, 2y + 1 with groups of kMaxGroup / 2 query heads, whose
-// query heads are adjacent too: rows 0-3 = head 2y's group, rows 4-7 = head 2y + 1's (kv_head = the first of the pair).
+// v27 (kPairedKv): grid y = a pair of adjacent KV heads 2y, 2y + 1 with groups of up to kMaxGroup / 2 query heads,
+// whose query heads are adjacent too: rows 0-3 belong to head 2y's group, rows 4-7 to head 2y + 1's (kv_head = the
+// first of the pair). The split at row 4 is fixed (MMA lanes t >= 2 hold rows 4-7 and read the second head's
+// scales; WritePartialStates keeps the second half of their dims), so a group g < 4 (session 15) leaves rows g-3
+// and 4 + g-7 empty: PairedRowIsReal / PairedRowHead.
+constexpr int kPairHalfRows = kMaxGroup / 2;
 __device__ inline HeadTile PairedHeadTile(const DecodeParams& p) {
   const int kv_head = 2 * int(blockIdx.y);
-  return {kv_head, kv_head * p.group, 2 * p.group};
+  return {kv_head, kv_head * p.group, kPairHalfRows + p.group, p.group};
+}
+// Whether CTA row `row` holds a query head, and which (offset from heads.first_head): rows in order, or for paired
+// CTAs the gapped rows above.
+template <bool kPairedKv>
+__device__ inline bool RowIsReal(const HeadTile& heads, int row) {
+  return kPairedKv ? row < kMaxGroup && row % kPairHalfRows < heads.pair_group : row < heads.rows;
+}
+template <bool kPairedKv>
+__device__ inline int RowHead(const HeadTile& heads, int row) {
+  return kPairedKv && row >= kPairHalfRows ? row - kPairHalfRows + heads.pair_group : row;
 }
 
 // ---- Per-warp staging of key tiles in shared memory (cp.async, kStages deep): a tile is four contiguous runs
@@ -673,6 +690,7 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
   const size_t state_base = size_t(p.item_offset + blockIdx.x) * p.num_q_heads + size_t(heads.first_head);
   const int lane = threadIdx.x % kWarpSize;
   for (int h = threadIdx.x / kWarpSize; h < heads.rows; h += kWarps) {
+    if (!RowIsReal<kPairedKv>(heads, h)) continue;  // a paired CTA's empty rows (groups < 4)
     float max_all = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, warp_max[w * kWarpRows + h]);
@@ -702,9 +720,9 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
       for (int w = 0; w < kWarps; ++w) {
         out += warp_out[(w * kWarpRows + h) * kRowWords + src + (kPadded ? src / 32 : 0)] * weight[w];
       }
-      p.part_out[(state_base + h) * kStateDim + dim] = out;
+      p.part_out[(state_base + RowHead<kPairedKv>(heads, h)) * kStateDim + dim] = out;
     }
-    if (lane == 0) p.part_lse[state_base + h] = lse;
+    if (lane == 0) p.part_lse[state_base + RowHead<kPairedKv>(heads, h)] = lse;
   }
 }
 
@@ -1310,8 +1328,10 @@ __device__ inline void LoadTq3QueryRows(const DecodeParams& p, const CudaWorkIte
 #pragma unroll
   for (int j = 0; j < rows.kRowsPerWarp; ++j) {
     const int row = warp + kWarps * j;
-    const bool real = row < kMaxGroup * kHeadTiles && row < heads.rows;  // else zeros (rotated: zeros, amax 0)
-    const float* q_row = p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + (real ? row : 0)) * kQueryDim;
+    const bool real = row < kMaxGroup * kHeadTiles && RowIsReal<kPairedKv>(heads, row);  // else zeros (amax 0)
+    const float* q_row =
+        p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + (real ? RowHead<kPairedKv>(heads, row) : 0)) *
+                  kQueryDim;
     const int half = row >= kMaxGroup / 2 ? 1 : 0;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
@@ -1408,7 +1428,7 @@ __device__ inline void BuildTq3DigitFragments(const DecodeParams& p, const HeadT
     const int tt = ln & 3;
     const int block = kstep / 4;
     const int r = kstep % 4;
-    const bool real_row = row < heads.rows;
+    const bool real_row = RowIsReal<kPairedKv>(heads, row);
     const float amax = q_amax[row];
     const float to_fixed = amax > 0.0f ? float(kTq3QueryFixedMax) / amax : 0.0f;
     uint32_t d2[2] = {0u, 0u};
@@ -2734,8 +2754,10 @@ bool UseWideTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int cta_heads
 // v27: TQ3 at head_dim 128 with groups of 4 (Llama-3's 32 / 8) and an even number of KV heads runs the head_dim-256
 // kernel over KV head pairs (kPairedKv, PairedHeadTile): the 8 MMA columns hold 4 + 4 query heads instead of 4 and 4
 // zero rows, so a unit's softmax, bookkeeping and copies serve twice the bytes.
+// Session 15: groups of 1-3 too (Llama-3.2-3B's 24 / 8, Qwen3-1.7B's 16 / 8), in gapped rows (PairedHeadTile).
 constexpr bool HasPairedTq3(KvFormat format, int head_dim, int group, int kv_heads) {
-  return format == KvFormat::kTq3 && (head_dim == 128 || head_dim == 64) && 2 * group == kMaxGroup && kv_heads % 2 == 0;
+  return format == KvFormat::kTq3 && (head_dim == 128 || head_dim == 64) && 2 * group <= kMaxGroup &&
+         kv_heads % 2 == 0;
 }
 bool UsePairedTq3(CudaTq3Ctas choice, KvFormat format, int head_dim, int group, int kv_heads) {
   return HasPairedTq3(format, head_dim, group, kv_heads) &&

@@ -482,10 +482,10 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
             name.c_str(), v, int(plan.wide_ctas(v)));
     }
     CHECK(wide_exists || !plan.wide_ctas(v), "%s: view %d wide without a wide kernel", name.c_str(), v);
-    // v27: paired CTAs (two KV heads of head_dim 128 per CTA) where the group is 4 and the KV heads even; the plan's
-    // default there, forced by kPaired, never with another forced shape.
+    // v27: paired CTAs (two KV heads of head_dim 128 per CTA) where the group is 4 (session 15: 1-4) and the KV heads
+    // even; the plan's default there, forced by kPaired, never with another forced shape.
     const bool paired_exists =
-        plan.view_format(v) == KvFormat::kTq3 && (d == 128 || d == 64) && group == 4 && c.kv_heads % 2 == 0;
+        plan.view_format(v) == KvFormat::kTq3 && (d == 128 || d == 64) && group <= 4 && c.kv_heads % 2 == 0;
     const bool paired_wanted = c.tq3_ctas == CudaTq3Ctas::kAuto || c.tq3_ctas == CudaTq3Ctas::kPaired;
     CHECK(plan.paired_ctas(v) == (paired_exists && paired_wanted), "%s: view %d paired_ctas %d", name.c_str(), v,
           int(plan.paired_ctas(v)));
@@ -700,8 +700,8 @@ void TestPlanErrors() {
     std::vector<int32_t> seq_indptr(size_t(num_seqs) + 1), seq_last(size_t(num_seqs), 16);
     for (int s = 0; s <= num_seqs; ++s) seq_indptr[size_t(s)] = 4 * s;
     CudaViewLengths v{format, 16, seq_indptr.data(), seq_last.data()};
-    // (groups of 2: groups of 4 over an even number of KV heads take paired CTAs, v27)
-    const bool ok = CudaDecodePlan::Create({num_seqs, 2 * kv_heads, kv_heads, head_dim, 0.1f, 0}, &v, 1, 132, &plan).ok();
+    // (groups of 6: groups of 1-4 over an even number of KV heads take paired CTAs, v27 / session 15)
+    const bool ok = CudaDecodePlan::Create({num_seqs, 6 * kv_heads, kv_heads, head_dim, 0.1f, 0}, &v, 1, 132, &plan).ok();
     CHECK(ok && plan.wide_ctas(0) == expected, "%d seqs x %d KV heads d%d format %d: wide %d (expected %d)", num_seqs,
           kv_heads, head_dim, int(format), ok ? int(plan.wide_ctas(0)) : -1, int(expected));
   };
@@ -731,6 +731,11 @@ void TestPlanErrors() {
   check_paired(8, 32, 8, 64, KvFormat::kTq3, true);    // v28: d = 64 through the d = 128 kernel
   check_paired(1, 8, 2, 64, KvFormat::kTq3, true);
   check_paired(8, 24, 3, 64, KvFormat::kTq3, false);  // odd KV heads
+  check_paired(8, 24, 8, 128, KvFormat::kTq3, true);   // session 15: group 3 (Llama-3.2-3B), gapped rows
+  check_paired(8, 16, 8, 128, KvFormat::kTq3, true);   // group 2 (Qwen3-1.7B)
+  check_paired(1, 4, 4, 64, KvFormat::kTq3, true);     // group 1
+  check_paired(8, 40, 8, 128, KvFormat::kTq3, false);  // group 5: more than half the MMA columns
+  check_paired(8, 9, 3, 64, KvFormat::kTq3, false);    // odd KV heads (SmolLM2-135M)
   CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
   CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &odd, 1, 132, &plan).ok(), "page_tokens 24 accepted");
   const int32_t bad_last[1] = {17};
@@ -844,6 +849,11 @@ int main() {
   const DecodeCase paired64_shapes[] = {{32, 8, 64, 64, {}, 0}, {16, 4, 64, 128, {}, 1}, {8, 2, 64, 16, {}, 3},
                                         {8, 2, 64, 32, {}, 0}};
   test_paired(paired64_shapes);
+  // Session 15: groups of 1-3 in gapped rows (head a's queries in rows 0 .. g-1, head b's in 4 .. 3 + g), d 128 and
+  // 64, after all the above for the same reason.
+  const DecodeCase gapped_shapes[] = {{24, 8, 128, 64, {}, 0}, {16, 8, 128, 16, {}, 1}, {6, 2, 128, 128, {}, 3},
+                                      {2, 2, 128, 32, {}, 0},  {12, 4, 64, 64, {}, 1},  {4, 4, 64, 16, {}, 0}};
+  test_paired(gapped_shapes);
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
   return g_failures == 0 ? 0 : 1;
