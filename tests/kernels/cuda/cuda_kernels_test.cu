@@ -526,19 +526,22 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   // v19: repeated steps in one stream (graph replays back to back, then eager runs), the output poisoned before
   // each: every step must redo all the work, so no state may carry from one step to the next; outputs and LSEs
   // bit-identical. Session 14: the last step runs the two halves, CudaDecodePartials then CudaDecodeMerge (ordinary
-  // launches), which must give the same bits as CudaDecodeRun.
+  // launches), which must give the same bits as CudaDecodeRun. Session 15: the partial-state region is poisoned
+  // before every step too, so a merge that read states before this step's partial CTAs wrote them (a step counter
+  // not reset by the previous step, MINIMAKV_MERGE_COUNTER) would read NaN.
   constexpr int kRepeatedSteps = 3;
   std::vector<float> again(q_count), again_lse(got_lse.size());
-  for (int step = 0; step <= 2 * kRepeatedSteps; ++step) {
+  for (int step = 0; step <= 2 * kRepeatedSteps + 1; ++step) {  // (the last: an eager run after the two halves)
     CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, q_count * 4, stream));
     CUDA_OK(cudaMemsetAsync(lse.data(), 0xFF, got_lse.size() * 4, stream));
-    const char* kind = step < kRepeatedSteps ? "graph replay" : step < 2 * kRepeatedSteps ? "eager" : "two halves";
+    CUDA_OK(cudaMemsetAsync(ws.data() + plan.meta_bytes(), 0xFF, plan.workspace_bytes() - plan.meta_bytes(), stream));
+    const bool halves = step == 2 * kRepeatedSteps;
+    const char* kind = step < kRepeatedSteps ? "graph replay" : halves ? "two halves" : "eager";
     if (step < kRepeatedSteps) {
       CUDA_OK(cudaGraphLaunch(exec, stream));
-    } else if (step < 2 * kRepeatedSteps) {
+    } else if (!halves) {
       STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
     } else {
-      CUDA_OK(cudaMemsetAsync(ws.data() + plan.meta_bytes(), 0xFF, plan.workspace_bytes() - plan.meta_bytes(), stream));
       STATUS_OK(CudaDecodePartials(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), stream));
       STATUS_OK(CudaDecodeMerge(plan, ws.data(), states, stream));
     }
