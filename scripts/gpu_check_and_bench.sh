@@ -4,6 +4,9 @@
 # Usage: scripts/gpu_check_and_bench.sh [tests|bench|all]   (default all). Writes CSV and logs under $OUT if set.
 # BENCH_ARGS: extra benchmark flags (e.g. "--only qwen3.6-27b 65536 8 --only llama3-8b 65536 8"; the torch
 # script takes only --quick, so set SKIP_TORCH=1 with --only).
+# REAL_KV_CAPTURE: a capture file of a real model's K/V (`minimakv eval capture-kv`, docs/cli.md; made on the CPU
+# machine and carried, it is not in the tree): the tests then also run minimakv_real_kv_check on it, plain and under
+# memcheck (the CUDA decode of its layers against the CPU kernels on the same pages and against dense attention).
 set -uo pipefail
 MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +47,22 @@ if [[ $MODE == tests || $MODE == all ]]; then
   example_rc=${PIPESTATUS[0]}
   [[ -x "$BUILD/consumer/cuda_example" ]] || { tail -20 "$BUILD/install.log" "$BUILD/consumer.log"; example_rc=1; }
   [[ $example_rc -ne 0 ]] && { echo "cuda_example FAILED"; status=1; }
+  if [[ -n ${REAL_KV_CAPTURE:-} ]]; then
+    echo "== real-model K/V: minimakv_real_kv_check $REAL_KV_CAPTURE ($(date -u +%H:%M:%S))"
+    cmake --build "$BUILD" --target minimakv_real_kv_check -j "$JOBS" >> "$BUILD/build.log" 2>&1 \
+      || { grep -E "error" -A3 "$BUILD/build.log" | head -30; }
+    REAL_KV=$(find "$BUILD" -name minimakv_real_kv_check -type f | head -1)
+    if [[ -z $REAL_KV || ! -f $REAL_KV_CAPTURE ]]; then
+      echo "real_kv_check: no binary or no capture file"; real_kv_rc=1
+    else
+      "$REAL_KV" --capture "$REAL_KV_CAPTURE" 2>&1 | tee "$OUT_DIR/real_kv.log" | tail -40
+      real_kv_rc=${PIPESTATUS[0]}
+      compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$REAL_KV" --capture "$REAL_KV_CAPTURE" \
+        > "$BUILD/real_kv_memcheck.log" 2>&1 || real_kv_rc=3
+      tail -2 "$BUILD/real_kv_memcheck.log"
+    fi
+    [[ $real_kv_rc -ne 0 ]] && { echo "real_kv_check FAILED rc=$real_kv_rc"; status=1; }
+  fi
 fi
 
 if [[ $MODE == bench || $MODE == all ]]; then
@@ -61,7 +80,7 @@ if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the pa
   # summary sections, raw stall / pipe metrics, SM-to-SM spread of active cycles (bench/cuda/ncu_profile.sh)
   "$ROOT/bench/cuda/ncu_profile.sh" "$BENCH" "$OUT_DIR/ncu" "$p_shape" "$p_ctx" "$p_batch" "$p_fmt"
 fi
-echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped}, cuda_example rc=${example_rc:-skipped})"
+echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped}, cuda_example rc=${example_rc:-skipped}, real_kv_check rc=${real_kv_rc:-skipped})"
 if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then
   python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
     | tee "$OUT_DIR/summary.txt"

@@ -418,10 +418,11 @@ int main(int argc, char** argv) {
   }
   // v16: a GQA group of 16 (Qwen3-235B-A22B: 64 q / 4 kv heads, d 128; v17: one CTA of two head tiles per KV head for
   // FP8 / TQ3) and head_dim 64 (Llama-3.2-1B: 32 q / 8 kv heads) at 32K batch 8 (Qwen3-235B also at 64K batch 8).
-  // Session 15: a GQA group of 3 (Llama-3.2-3B: 24 q / 8 kv heads, d 128; TQ3 in paired CTAs with gapped rows) at
-  // 32K batch 8.
-  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256}, {"llama3-8b", 32, 8, 128}, {"qwen3-235b", 64, 4, 128, true, true},
-                          {"llama3.2-1b", 32, 8, 64, true}, {"llama3.2-3b", 24, 8, 128, true}};
+  // Session 15: a GQA group of 3 (Llama-3.2-3B: 24 q / 8 kv heads, d 128; TQ3 in paired CTAs with gapped rows) and
+  // of 8 (Llama-3-70B: 64 q / 8 kv heads, d 128; all 8 MMA columns of one KV head) at 32K batch 8.
+  const Shape shapes[] = {{"qwen3.6-27b", 24, 4, 256},          {"llama3-8b", 32, 8, 128},
+                          {"qwen3-235b", 64, 4, 128, true, true}, {"llama3.2-1b", 32, 8, 64, true},
+                          {"llama3.2-3b", 24, 8, 128, true},     {"llama3-70b", 64, 8, 128, true}};
   std::vector<int> contexts = {8192, 32768, 65536, 131072};
   std::vector<int> batches = {1, 8, 32};
   if (quick) {

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 SHAPES = [("qwen3.6-27b", 24, 4, 256), ("llama3-8b", 32, 8, 128)]
 # v16 shapes of the CUDA bench (GQA group 16; head_dim 64): only the points it runs for them in a full run.
 EXTRA_SHAPES = [("qwen3-235b", 64, 4, 128, [(32768, 8), (65536, 8)]), ("llama3.2-1b", 32, 8, 64, [(32768, 8)]),
-                ("llama3.2-3b", 24, 8, 128, [(32768, 8)])]
+                ("llama3.2-3b", 24, 8, 128, [(32768, 8)]), ("llama3-70b", 64, 8, 128, [(32768, 8)])]
 MEMORY_BUDGET_BYTES = 100 << 30
 FLUSH_BYTES = 256 << 20  # > 4x the 60 MB L2
 WARMUP_RUNS = 10
