@@ -241,7 +241,8 @@ Status ComputeRealKvCpuSide(const KvCapture& capture, size_t layer_slot, const R
 }
 
 Status CompareRealKv(const KvCapture& capture, size_t layer_slot, const RealKvPages& pages, const RealKvCpuSide& cpu,
-                     const float* gpu_out, const float* gpu_lse, double max_rel_l2, std::vector<RealKvRow>* rows) {
+                     const float* gpu_out, const float* gpu_lse, const float* replay_out, double max_rel_l2,
+                     std::vector<RealKvRow>* rows) {
   if (gpu_out == nullptr || gpu_lse == nullptr || rows == nullptr) {
     return Status::InvalidArgument("CompareRealKv: null output");
   }
@@ -272,6 +273,10 @@ Status CompareRealKv(const KvCapture& capture, size_t layer_slot, const RealKvPa
     r.gpu_vs_dense_cos_min = gpu_dense.cos_min;
     r.cpu_vs_dense_rel_l2 = cpu_dense.rel_l2;
     r.cpu_vs_dense_cos_min = cpu_dense.cos_min;
+    if (replay_out != nullptr) {
+      r.replay_rel_l2 = Compare(replay_out + at, gpu_out + at, heads, d).rel_l2;
+      r.replay_identical = std::memcmp(replay_out + at, gpu_out + at, sizeof(float) * size_t(heads) * d) == 0;
+    }
     bool lse_finite = true;
     for (int h = 0; h < heads; ++h) {
       const double g = gpu_lse[size_t(qi) * heads + h], c = cpu.lse_log2[size_t(qi) * heads + h];
@@ -280,11 +285,12 @@ Status CompareRealKv(const KvCapture& capture, size_t layer_slot, const RealKvPa
     }
     const double figures[] = {r.gpu_vs_cpu_rel_l2,   r.gpu_vs_pages_rel_l2, r.cpu_vs_pages_rel_l2,
                               r.gpu_vs_dense_rel_l2, r.cpu_vs_dense_rel_l2, r.gpu_vs_dense_cos_min,
-                              r.cpu_vs_dense_cos_min};
+                              r.cpu_vs_dense_cos_min, r.replay_rel_l2};
     bool finite = lse_finite;
     for (double x : figures) finite = finite && std::isfinite(x);
     // NaN outputs make every comparison false, so `pass` needs the figures finite AND inside the bounds.
-    r.pass = finite && r.gpu_vs_cpu_rel_l2 <= max_rel_l2 && r.gpu_lse_max_abs_diff <= kRealKvMaxLseDiff;
+    r.pass = finite && r.gpu_vs_cpu_rel_l2 <= max_rel_l2 && r.replay_rel_l2 <= max_rel_l2 &&
+             r.gpu_lse_max_abs_diff <= kRealKvMaxLseDiff;
     rows->push_back(r);
   }
   return Status::Ok();
@@ -310,6 +316,8 @@ RealKvRow WorstRealKvRow(const std::vector<RealKvRow>& rows) {
     w.cpu_vs_dense_rel_l2 = worse_max(w.cpu_vs_dense_rel_l2, r.cpu_vs_dense_rel_l2);
     w.gpu_vs_dense_cos_min = worse_min(w.gpu_vs_dense_cos_min, r.gpu_vs_dense_cos_min);
     w.cpu_vs_dense_cos_min = worse_min(w.cpu_vs_dense_cos_min, r.cpu_vs_dense_cos_min);
+    w.replay_rel_l2 = worse_max(w.replay_rel_l2, r.replay_rel_l2);
+    w.replay_identical = w.replay_identical && r.replay_identical;
     w.pass = w.pass && r.pass;
   }
   return w;
@@ -317,19 +325,27 @@ RealKvRow WorstRealKvRow(const std::vector<RealKvRow>& rows) {
 
 std::string RealKvTableHeader() {
   char line[256];
-  std::snprintf(line, sizeof(line), "%5s %-6s %2s %6s %4s %4s %10s %9s %10s %10s %10s %10s %9s %9s %4s", "layer",
-                "mix", "q", "ctx", "fp8p", "tq3p", "gpu~cpu", "lse_diff", "gpu~pages", "cpu~pages", "gpu~dense",
-                "cpu~dense", "gpu_cos", "cpu_cos", "ok");
+  std::snprintf(line, sizeof(line), "%5s %-6s %-14s %2s %6s %4s %4s %10s %9s %10s %10s %10s %10s %9s %9s %9s %4s",
+                "layer", "mix", "gpu_kernels", "q", "ctx", "fp8p", "tq3p", "gpu~cpu", "lse_diff", "gpu~pages",
+                "cpu~pages", "gpu~dense", "cpu~dense", "gpu_cos", "cpu_cos", "replay", "ok");
   return line;
 }
 
 std::string RealKvTableRow(const RealKvRow& r) {
   char line[256];
   const std::string query = r.query < 0 ? "*" : std::to_string(r.query);  // * = the worst over all queries
-  std::snprintf(line, sizeof(line), "%5d %-6s %2s %6lld %4d %4d %10.2e %9.2e %10.2e %10.2e %10.2e %10.2e %9.6f %9.6f %4s",
-                r.layer, RealKvMixName(r.mix), query.c_str(), (long long)r.context_tokens, r.fp8_pages, r.tq3_pages,
-                r.gpu_vs_cpu_rel_l2, r.gpu_lse_max_abs_diff, r.gpu_vs_pages_rel_l2, r.cpu_vs_pages_rel_l2,
-                r.gpu_vs_dense_rel_l2, r.cpu_vs_dense_rel_l2, r.gpu_vs_dense_cos_min, r.cpu_vs_dense_cos_min,
+  // replay: "same" when every bit of the replayed step equals the first run, else its relative L2 to it.
+  char replay[16];
+  if (r.replay_identical) {
+    std::snprintf(replay, sizeof(replay), "same");
+  } else {
+    std::snprintf(replay, sizeof(replay), "%.2e", r.replay_rel_l2);
+  }
+  std::snprintf(line, sizeof(line),
+                "%5d %-6s %-14s %2s %6lld %4d %4d %10.2e %9.2e %10.2e %10.2e %10.2e %10.2e %9.6f %9.6f %9s %4s", r.layer,
+                RealKvMixName(r.mix), r.gpu_variant.c_str(), query.c_str(), (long long)r.context_tokens, r.fp8_pages,
+                r.tq3_pages, r.gpu_vs_cpu_rel_l2, r.gpu_lse_max_abs_diff, r.gpu_vs_pages_rel_l2, r.cpu_vs_pages_rel_l2,
+                r.gpu_vs_dense_rel_l2, r.cpu_vs_dense_rel_l2, r.gpu_vs_dense_cos_min, r.cpu_vs_dense_cos_min, replay,
                 r.pass ? "ok" : "FAIL");
   return line;
 }
@@ -343,7 +359,7 @@ std::string RealKvRowJson(const RealKvRow& r) {
     return std::string(text);
   };
   std::string s = "{\"layer\": " + std::to_string(r.layer) + ", \"mix\": \"" + RealKvMixName(r.mix) +
-                  "\", \"query\": " + std::to_string(r.query) + ", \"context_tokens\": " +
+                  "\", \"gpu_kernels\": \"" + r.gpu_variant + "\", \"query\": " + std::to_string(r.query) + ", \"context_tokens\": " +
                   std::to_string(r.context_tokens) + ", \"fp8_pages\": " + std::to_string(r.fp8_pages) +
                   ", \"tq3_pages\": " + std::to_string(r.tq3_pages);
   s += ", \"gpu_vs_cpu_rel_l2\": " + num(r.gpu_vs_cpu_rel_l2);
@@ -354,6 +370,8 @@ std::string RealKvRowJson(const RealKvRow& r) {
   s += ", \"cpu_vs_dense_rel_l2\": " + num(r.cpu_vs_dense_rel_l2);
   s += ", \"gpu_vs_dense_cos_min\": " + num(r.gpu_vs_dense_cos_min);
   s += ", \"cpu_vs_dense_cos_min\": " + num(r.cpu_vs_dense_cos_min);
+  s += ", \"replay_rel_l2\": " + num(r.replay_rel_l2);
+  s += std::string(", \"replay_identical\": ") + (r.replay_identical ? "true" : "false");
   s += std::string(", \"pass\": ") + (r.pass ? "true" : "false") + "}";
   return s;
 }

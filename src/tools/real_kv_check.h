@@ -110,15 +110,22 @@ struct RealKvRow {
   double cpu_vs_dense_rel_l2 = 0.0;
   double gpu_vs_dense_cos_min = 0.0;
   double cpu_vs_dense_cos_min = 0.0;
-  bool pass = false;                   // every figure finite, gpu_vs_cpu <= max_rel_l2, lse diff <= max_lse_diff
+  // The same step run again without a new Upload (as a CUDA graph replays it): its output against the first
+  // run's (relative L2, required <= max_rel_l2) and whether every bit is the same. 0 / true without a replay.
+  double replay_rel_l2 = 0.0;
+  bool replay_identical = true;
+  std::string gpu_variant = "-";       // which GPU kernels ran (set by the caller), e.g. "auto:paired"
+  bool pass = false;                   // every figure finite, gpu_vs_cpu and replay <= max_rel_l2, lse diff <= 1e-2
 };
 inline constexpr double kRealKvMaxRelL2 = 1e-3;
 inline constexpr double kRealKvMaxLseDiff = 1e-2;  // a loose check on the merged LSE (base 2) the step returns
 
-// Compares gpu_out [num_queries][num_q_heads][head_dim] and gpu_lse [num_queries][num_q_heads] with the CPU side;
-// appends one row per query to *rows. InvalidArgument for a null pointer or a bad slot.
+// Compares gpu_out [num_queries][num_q_heads][head_dim] and gpu_lse [num_queries][num_q_heads] with the CPU side,
+// and replay_out (same shape; may be null) with gpu_out; appends one row per query to *rows. InvalidArgument for a
+// null output or a bad slot.
 Status CompareRealKv(const KvCapture& capture, size_t layer_slot, const RealKvPages& pages, const RealKvCpuSide& cpu,
-                     const float* gpu_out, const float* gpu_lse, double max_rel_l2, std::vector<RealKvRow>* rows);
+                     const float* gpu_out, const float* gpu_lse, const float* replay_out, double max_rel_l2,
+                     std::vector<RealKvRow>* rows);
 
 // The worst of several rows of one (layer, mix) (a short table: one line per layer and mix): the largest error
 // figures, the smallest cosines, pass only if all passed; query = -1, context and pages of the longest sequence.

@@ -162,7 +162,8 @@ TEST(RealKvCheckTest, ComparisonPassesTheCpuOutputAndFailsBadOnes) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     // The CPU output checked against itself: exact, and its own figures against the references.
     std::vector<RealKvRow> rows;
-    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, cpu.out.data(), cpu.lse_log2.data(), kRealKvMaxRelL2, &rows).ok());
+    ASSERT_TRUE(
+        CompareRealKv(c, 0, pages, cpu, cpu.out.data(), cpu.lse_log2.data(), nullptr, kRealKvMaxRelL2, &rows).ok());
     ASSERT_EQ(rows.size(), size_t(c.num_queries));
     for (const RealKvRow& r : rows) {
       EXPECT_TRUE(r.pass) << RealKvTableRow(r);
@@ -180,7 +181,7 @@ TEST(RealKvCheckTest, ComparisonPassesTheCpuOutputAndFailsBadOnes) {
     std::vector<float> bad = cpu.out;
     for (size_t i = 0; i < bad.size(); ++i) bad[i] *= (i % 2 ? 1.01f : 0.99f);
     rows.clear();
-    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, bad.data(), cpu.lse_log2.data(), kRealKvMaxRelL2, &rows).ok());
+    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, bad.data(), cpu.lse_log2.data(), nullptr, kRealKvMaxRelL2, &rows).ok());
     for (const RealKvRow& r : rows) {
       EXPECT_FALSE(r.pass);
       EXPECT_NEAR(r.gpu_vs_cpu_rel_l2, 0.01, 2e-3);
@@ -189,18 +190,33 @@ TEST(RealKvCheckTest, ComparisonPassesTheCpuOutputAndFailsBadOnes) {
     bad = cpu.out;
     bad[5] = NAN;
     rows.clear();
-    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, bad.data(), cpu.lse_log2.data(), kRealKvMaxRelL2, &rows).ok());
+    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, bad.data(), cpu.lse_log2.data(), nullptr, kRealKvMaxRelL2, &rows).ok());
     EXPECT_FALSE(rows[0].pass);
     EXPECT_TRUE(rows[1].pass);
     EXPECT_NE(RealKvTableRow(rows[0]).find("FAIL"), std::string::npos);
     std::vector<float> bad_lse = cpu.lse_log2;
     bad_lse[c.num_q_heads] += 0.5f;  // query 1
     rows.clear();
-    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, cpu.out.data(), bad_lse.data(), kRealKvMaxRelL2, &rows).ok());
+    ASSERT_TRUE(CompareRealKv(c, 0, pages, cpu, cpu.out.data(), bad_lse.data(), nullptr, kRealKvMaxRelL2, &rows).ok());
     EXPECT_TRUE(rows[0].pass);
     EXPECT_FALSE(rows[1].pass);
+    // A replay: identical passes; one that drifts by ~1e-2 fails and is reported as not identical.
+    rows.clear();
+    ASSERT_TRUE(
+        CompareRealKv(c, 0, pages, cpu, cpu.out.data(), cpu.lse_log2.data(), cpu.out.data(), kRealKvMaxRelL2, &rows).ok());
+    EXPECT_TRUE(rows[2].pass && rows[2].replay_identical);
+    EXPECT_NE(RealKvTableRow(rows[2]).find("same"), std::string::npos);
+    bad = cpu.out;
+    for (size_t i = 0; i < bad.size(); ++i) bad[i] *= 1.01f;
+    rows.clear();
+    ASSERT_TRUE(
+        CompareRealKv(c, 0, pages, cpu, cpu.out.data(), cpu.lse_log2.data(), bad.data(), kRealKvMaxRelL2, &rows).ok());
+    EXPECT_FALSE(rows[2].pass);
+    EXPECT_FALSE(rows[2].replay_identical);
+    EXPECT_NEAR(rows[2].replay_rel_l2, 0.01, 1e-4);
+    EXPECT_NE(RealKvRowJson(rows[2]).find("\"replay_identical\": false"), std::string::npos);
   }
-  EXPECT_EQ(CompareRealKv(c, 0, RealKvPages(), RealKvCpuSide(), nullptr, nullptr, 1e-3, nullptr).code(),
+  EXPECT_EQ(CompareRealKv(c, 0, RealKvPages(), RealKvCpuSide(), nullptr, nullptr, nullptr, 1e-3, nullptr).code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -249,7 +265,8 @@ TEST(RealKvCheckTest, RealModelCaptureThroughTheCpuHalf) {
       RealKvCpuSide cpu;
       ASSERT_TRUE(ComputeRealKvCpuSide(c, slot, pages, rotation, 2, &cpu).ok());
       std::vector<RealKvRow> rows;
-      ASSERT_TRUE(CompareRealKv(c, slot, pages, cpu, cpu.out.data(), cpu.lse_log2.data(), kRealKvMaxRelL2, &rows).ok());
+      ASSERT_TRUE(
+          CompareRealKv(c, slot, pages, cpu, cpu.out.data(), cpu.lse_log2.data(), nullptr, kRealKvMaxRelL2, &rows).ok());
       const RealKvRow w = WorstRealKvRow(rows);
       EXPECT_TRUE(w.pass) << RealKvTableRow(w);
       EXPECT_LT(w.cpu_vs_pages_rel_l2, 1e-4) << RealKvTableRow(w);

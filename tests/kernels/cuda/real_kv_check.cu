@@ -1,13 +1,16 @@
 // minimakv_real_kv_check: the CUDA decode on a real model's KV cache. Reads a KV capture (kv_capture.h, made by
 // `minimakv eval capture-kv`), and for every captured layer and format mix (minima: the capture's retention
 // policy; fp8: all pages FP8; tq3: all pages TQ3) builds the pages with the CPU codecs (tools/real_kv_check.h),
-// uploads them at shuffled physical page ids with poisoned spare pages, runs one decode step through the public
-// API (CudaDecodePlan::Create, Upload, CudaDecodeRun) with one sequence per captured query, and compares:
+// uploads them at shuffled physical page ids with poisoned spare pages, and for each TQ3 CTA shape of --tq3-ctas
+// (CudaTq3Ctas: auto, narrow, wide, paired; only auto for a step without TQ3 pages) runs one decode step through
+// the public API (CudaDecodePlan::Create, Upload, CudaDecodeRun) with one sequence per captured query, then the
+// same plan again without a new Upload (as a CUDA graph replays it), and compares:
 //   gpu~cpu    the GPU output against the CPU direct kernels on the same pages (required <= --max-rel-l2, 1e-3)
 //   lse_diff   the merged LSE (base 2) against the CPU's (required <= 1e-2)
 //   ~pages     GPU and CPU against fp64 attention over the same pages (each kernel's own error)
 //   ~dense     GPU and CPU against fp64 attention on the dense K/V (format + kernel error), relative L2 and the
 //              smallest per-head cosine
+//   replay     the second run against the first ("same" when bit-identical; required <= --max-rel-l2)
 // Every CUDA call is checked; the output and LSE buffers carry canary bytes on both sides. Exit status: 0 when
 // every row passes, 1 when a row fails or a CUDA call fails, 2 for bad usage or a bad capture file.
 // Built only with -DMINIMAKV_CUDA=ON (tests/kernels/cuda/CMakeLists.txt); the CPU half is tested by
@@ -77,62 +80,68 @@ long FirstBadCanary(const std::vector<uint8_t>& buffer, size_t payload_bytes) {
   return -1;
 }
 
-// One decode step of one (layer, mix) on the GPU; appends one row per query.
-Status CheckLayerMix(const KvCapture& capture, size_t slot, RealKvMix mix, uint64_t shuffle_seed, int threads,
-                     int sm_count, const HadamardRotation& rotation, double max_rel_l2, cudaStream_t stream,
-                     std::vector<RealKvRow>* rows) {
-  RealKvPages pages;
-  MINIMAKV_RETURN_IF_ERROR(BuildRealKvPages(capture, slot, mix, shuffle_seed, &pages));
-  RealKvCpuSide cpu;
-  MINIMAKV_RETURN_IF_ERROR(ComputeRealKvCpuSide(capture, slot, pages, rotation, threads, &cpu));
+const char* Tq3CtasName(CudaTq3Ctas ctas) {
+  switch (ctas) {
+    case CudaTq3Ctas::kAuto: return "auto";
+    case CudaTq3Ctas::kNarrow: return "narrow";
+    case CudaTq3Ctas::kWide: return "wide";
+    case CudaTq3Ctas::kPaired: return "paired";
+  }
+  return "unknown";
+}
 
-  // Pools and CSR arrays on the device; a format without pages is left out of the step.
-  DeviceBuffer d_pool[2], d_indptr[2], d_ids[2], d_last[2];
+// The device side of one (layer, mix): pools, CSR arrays and queries, uploaded once for every CTA choice.
+struct DeviceStep {
+  DeviceBuffer pool[2], indptr[2], ids[2], last[2], q;
   CudaViewLengths lengths[2];
   PagedKvView views[2];
   int num_views = 0;
+  bool has_tq3 = false;
+};
+
+Status UploadStep(const KvCapture& capture, size_t slot, const RealKvPages& pages, DeviceStep* step) {
+  // A format without pages is left out of the step (the plan accepts only the formats present).
   for (int f = 0; f < 2; ++f) {
     const RealKvPool& pool = pages.pools[f];
     if (pool.used_pages() == 0) continue;
     const std::string name = f == RealKvPages::kFp8 ? "FP8" : "TQ3";
-    MINIMAKV_RETURN_IF_ERROR(d_pool[f].Upload(pool.base(), pool.pool_bytes(), name + " pool"));
-    MINIMAKV_RETURN_IF_ERROR(d_indptr[f].Upload(pool.page_indptr.data(), pool.page_indptr.size() * 4, name + " indptr"));
-    MINIMAKV_RETURN_IF_ERROR(d_ids[f].Upload(pool.page_ids.data(), pool.page_ids.size() * 4, name + " page ids"));
+    MINIMAKV_RETURN_IF_ERROR(step->pool[f].Upload(pool.base(), pool.pool_bytes(), name + " pool"));
     MINIMAKV_RETURN_IF_ERROR(
-        d_last[f].Upload(pool.last_page_tokens.data(), pool.last_page_tokens.size() * 4, name + " last page tokens"));
-    lengths[num_views] = {pool.layout.format, pool.layout.page_tokens, pool.page_indptr.data(),
-                          pool.last_page_tokens.data()};
-    views[num_views] = {pool.layout, d_pool[f].as<uint8_t>(), pages.num_seqs, d_indptr[f].as<int32_t>(),
-                        d_ids[f].as<int32_t>(), d_last[f].as<int32_t>()};
-    ++num_views;
+        step->indptr[f].Upload(pool.page_indptr.data(), pool.page_indptr.size() * 4, name + " indptr"));
+    MINIMAKV_RETURN_IF_ERROR(step->ids[f].Upload(pool.page_ids.data(), pool.page_ids.size() * 4, name + " page ids"));
+    MINIMAKV_RETURN_IF_ERROR(
+        step->last[f].Upload(pool.last_page_tokens.data(), pool.last_page_tokens.size() * 4, name + " last tokens"));
+    step->lengths[step->num_views] = {pool.layout.format, pool.layout.page_tokens, pool.page_indptr.data(),
+                                      pool.last_page_tokens.data()};
+    step->views[step->num_views] = {pool.layout,         step->pool[f].as<uint8_t>(), pages.num_seqs,
+                                    step->indptr[f].as<int32_t>(), step->ids[f].as<int32_t>(),
+                                    step->last[f].as<int32_t>()};
+    ++step->num_views;
+    step->has_tq3 = step->has_tq3 || f == RealKvPages::kTq3;
   }
-
-  const CudaDecodeShape shape{pages.num_seqs, capture.num_q_heads, capture.kv_heads, capture.head_dim,
-                              capture.sm_scale, capture.rotation_seed};
-  CudaDecodePlan plan;
-  // (Each result gets its own name: nvcc warns when a [[nodiscard]] Status is assigned over another.)
-  const Status created = CudaDecodePlan::Create(shape, lengths, num_views, sm_count, &plan);
-  if (!created.ok()) return Status::Internal("CudaDecodePlan::Create: " + created.ToString());
-  DeviceBuffer d_workspace, d_q, d_out, d_lse;
-  MINIMAKV_RETURN_IF_ERROR(d_workspace.Allocate(plan.workspace_bytes(), "workspace"));
-  const Status uploaded = plan.Upload(d_workspace.as<void>(), stream);
-  if (!uploaded.ok()) return Status::Internal("CudaDecodePlan::Upload: " + uploaded.ToString());
   const std::vector<float>& q = capture.layers[slot].q;
-  MINIMAKV_RETURN_IF_ERROR(d_q.Upload(q.data(), q.size() * sizeof(float), "queries"));
-  const size_t out_bytes = q.size() * sizeof(float);
-  const size_t lse_bytes = size_t(pages.num_seqs) * capture.num_q_heads * sizeof(float);
+  return step->q.Upload(q.data(), q.size() * sizeof(float), "queries");
+}
+
+// One CudaDecodeRun into an output and LSE framed by canaries (filled with canary bytes first, so a value the
+// step never writes stays 1.5e16 and fails the comparison); copies both back and checks the canaries.
+Status RunOnce(const CudaDecodePlan& plan, const DeviceStep& step, void* d_workspace, cudaStream_t stream,
+               size_t out_values, size_t lse_values, std::vector<float>* out, std::vector<float>* lse) {
+  const size_t out_bytes = out_values * sizeof(float), lse_bytes = lse_values * sizeof(float);
+  DeviceBuffer d_out, d_lse;
   MINIMAKV_RETURN_IF_ERROR(d_out.Allocate(out_bytes + 2 * kCanaryBytes, "output"));
   MINIMAKV_RETURN_IF_ERROR(d_lse.Allocate(lse_bytes + 2 * kCanaryBytes, "LSE"));
-  MINIMAKV_RETURN_IF_ERROR(CudaStatus(cudaMemset(d_out.as<void>(), kCanaryByte, out_bytes + 2 * kCanaryBytes), "memset output"));
-  MINIMAKV_RETURN_IF_ERROR(CudaStatus(cudaMemset(d_lse.as<void>(), kCanaryByte, lse_bytes + 2 * kCanaryBytes), "memset LSE"));
-
-  const PartialStatesOut out{reinterpret_cast<float*>(d_out.bytes_ptr() + kCanaryBytes),
-                             reinterpret_cast<float*>(d_lse.bytes_ptr() + kCanaryBytes)};
-  const Status ran = CudaDecodeRun(plan, views, num_views, d_q.as<float>(), d_workspace.as<void>(), out, stream);
+  MINIMAKV_RETURN_IF_ERROR(
+      CudaStatus(cudaMemset(d_out.as<void>(), kCanaryByte, out_bytes + 2 * kCanaryBytes), "memset output"));
+  MINIMAKV_RETURN_IF_ERROR(
+      CudaStatus(cudaMemset(d_lse.as<void>(), kCanaryByte, lse_bytes + 2 * kCanaryBytes), "memset LSE"));
+  const PartialStatesOut states{reinterpret_cast<float*>(d_out.bytes_ptr() + kCanaryBytes),
+                                reinterpret_cast<float*>(d_lse.bytes_ptr() + kCanaryBytes)};
+  // (Each result gets its own name: nvcc warns when a [[nodiscard]] Status is assigned over another.)
+  const Status ran = CudaDecodeRun(plan, step.views, step.num_views, step.q.as<float>(), d_workspace, states, stream);
   if (!ran.ok()) return Status::Internal("CudaDecodeRun: " + ran.ToString());
   MINIMAKV_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "decode step"));
   MINIMAKV_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "after the decode step"));
-
   std::vector<uint8_t> out_host(out_bytes + 2 * kCanaryBytes), lse_host(lse_bytes + 2 * kCanaryBytes);
   MINIMAKV_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpy(out_host.data(), d_out.as<void>(), out_host.size(), cudaMemcpyDeviceToHost), "copy output back"));
@@ -144,15 +153,62 @@ Status CheckLayerMix(const KvCapture& capture, size_t slot, RealKvMix mix, uint6
   if (const long at = FirstBadCanary(lse_host, lse_bytes); at >= 0) {
     return Status::Internal("the decode wrote outside its LSE: canary byte " + std::to_string(at));
   }
-  std::vector<float> gpu_out(q.size()), gpu_lse(size_t(pages.num_seqs) * capture.num_q_heads);
-  std::memcpy(gpu_out.data(), out_host.data() + kCanaryBytes, out_bytes);
-  std::memcpy(gpu_lse.data(), lse_host.data() + kCanaryBytes, lse_bytes);
-  return CompareRealKv(capture, slot, pages, cpu, gpu_out.data(), gpu_lse.data(), max_rel_l2, rows);
+  out->resize(out_values);
+  lse->resize(lse_values);
+  std::memcpy(out->data(), out_host.data() + kCanaryBytes, out_bytes);
+  std::memcpy(lse->data(), lse_host.data() + kCanaryBytes, lse_bytes);
+  return Status::Ok();
+}
+
+// One (layer, mix): pages and CPU figures once, then per TQ3 CTA choice (only auto for a step without TQ3 pages)
+// a plan, an Upload, a run and a replay of the same plan without a new Upload; one row per query and choice.
+Status CheckLayerMix(const KvCapture& capture, size_t slot, RealKvMix mix, const std::vector<CudaTq3Ctas>& ctas_choices,
+                     uint64_t shuffle_seed, int threads, int sm_count, const HadamardRotation& rotation,
+                     double max_rel_l2, cudaStream_t stream, std::vector<RealKvRow>* rows) {
+  RealKvPages pages;
+  MINIMAKV_RETURN_IF_ERROR(BuildRealKvPages(capture, slot, mix, shuffle_seed, &pages));
+  RealKvCpuSide cpu;
+  MINIMAKV_RETURN_IF_ERROR(ComputeRealKvCpuSide(capture, slot, pages, rotation, threads, &cpu));
+  DeviceStep step;
+  MINIMAKV_RETURN_IF_ERROR(UploadStep(capture, slot, pages, &step));
+  const size_t out_values = capture.layers[slot].q.size();
+  const size_t lse_values = size_t(pages.num_seqs) * capture.num_q_heads;
+  for (CudaTq3Ctas choice : ctas_choices) {
+    if (!step.has_tq3 && choice != CudaTq3Ctas::kAuto) continue;  // the choice only changes the TQ3 kernel
+    CudaDecodeShape shape{pages.num_seqs, capture.num_q_heads, capture.kv_heads, capture.head_dim, capture.sm_scale,
+                          capture.rotation_seed};
+    shape.tq3_ctas = choice;
+    CudaDecodePlan plan;
+    const Status created = CudaDecodePlan::Create(shape, step.lengths, step.num_views, sm_count, &plan);
+    if (!created.ok()) return Status::Internal("CudaDecodePlan::Create: " + created.ToString());
+    // Which TQ3 kernel the plan chose ("narrow" where a forced variant does not exist for this shape).
+    std::string variant = std::string(Tq3CtasName(choice)) + ":";
+    variant += "no-tq3";
+    for (int v = 0; v < plan.num_views(); ++v) {
+      if (plan.view_format(v) != KvFormat::kTq3) continue;
+      variant = std::string(Tq3CtasName(choice)) + ":" +
+                (plan.paired_ctas(v) ? "paired" : plan.wide_ctas(v) ? "wide" : "narrow");
+    }
+    DeviceBuffer d_workspace;
+    MINIMAKV_RETURN_IF_ERROR(d_workspace.Allocate(plan.workspace_bytes(), "workspace"));
+    const Status uploaded = plan.Upload(d_workspace.as<void>(), stream);
+    if (!uploaded.ok()) return Status::Internal("CudaDecodePlan::Upload: " + uploaded.ToString());
+    std::vector<float> out, lse, replay_out, replay_lse;
+    MINIMAKV_RETURN_IF_ERROR(
+        RunOnce(plan, step, d_workspace.as<void>(), stream, out_values, lse_values, &out, &lse));
+    MINIMAKV_RETURN_IF_ERROR(
+        RunOnce(plan, step, d_workspace.as<void>(), stream, out_values, lse_values, &replay_out, &replay_lse));
+    const size_t first_row = rows->size();
+    MINIMAKV_RETURN_IF_ERROR(
+        CompareRealKv(capture, slot, pages, cpu, out.data(), lse.data(), replay_out.data(), max_rel_l2, rows));
+    for (size_t i = first_row; i < rows->size(); ++i) (*rows)[i].gpu_variant = variant;
+  }
+  return Status::Ok();
 }
 
 int Main(int argc, char** argv) {
   const std::string command = "minimakv_real_kv_check";
-  std::string capture_path, mixes_text = "minima,fp8,tq3";
+  std::string capture_path, mixes_text = "minima,fp8,tq3", ctas_text = "auto,narrow,wide,paired";
   bool json = false;
   int64_t seed = 1;
   int threads = 2;
@@ -164,6 +220,10 @@ int Main(int argc, char** argv) {
                    "pages and on the dense K/V. Exit 0 when every row passes, 1 on a failure, 2 on bad usage or input.");
   parser.AddString("capture", "FILE", "KV capture file (required)", &capture_path);
   parser.AddString("mixes", "LIST", "format mixes to run, comma-separated: minima, fp8, tq3", &mixes_text);
+  parser.AddString("tq3-ctas", "LIST",
+                   "TQ3 kernel CTA shapes to run (CudaTq3Ctas), comma-separated: auto, narrow, wide, paired (a shape\n"
+                   "that does not exist for the capture's GQA group and head_dim runs as the plan falls back)",
+                   &ctas_text);
   parser.AddInt("seed", "seed of the physical page shuffle", &seed);
   parser.AddInt("threads", "CPU threads for the CPU kernels and references", &threads);
   parser.AddDouble("max-rel-l2", "largest GPU vs CPU relative L2 error that passes", &max_rel_l2);
@@ -191,6 +251,21 @@ int Main(int argc, char** argv) {
       return kExitUsage;
     }
     mixes.push_back(mix);
+    begin = end + 1;
+  }
+  std::vector<CudaTq3Ctas> ctas_choices;
+  for (size_t begin = 0; begin <= ctas_text.size();) {
+    const size_t end = std::min(ctas_text.find(',', begin), ctas_text.size());
+    const std::string name = ctas_text.substr(begin, end - begin);
+    bool known = false;
+    for (CudaTq3Ctas c : {CudaTq3Ctas::kAuto, CudaTq3Ctas::kNarrow, CudaTq3Ctas::kWide, CudaTq3Ctas::kPaired}) {
+      if (name == Tq3CtasName(c)) ctas_choices.push_back(c), known = true;
+    }
+    if (!known) {
+      std::fprintf(stderr, "%s: --tq3-ctas: unknown CTA shape '%s' (auto, narrow, wide, paired)\n", command.c_str(),
+                   name.c_str());
+      return kExitUsage;
+    }
     begin = end + 1;
   }
   KvCapture capture;
@@ -237,7 +312,8 @@ int Main(int argc, char** argv) {
     for (RealKvMix mix : mixes) {
       std::vector<RealKvRow> rows;
       const Status s =
-          CheckLayerMix(capture, slot, mix, uint64_t(seed), threads, sm_count, rotation, max_rel_l2, stream, &rows);
+          CheckLayerMix(capture, slot, mix, ctas_choices, uint64_t(seed), threads, sm_count, rotation, max_rel_l2,
+                        stream, &rows);
       if (!s.ok()) {
         std::fprintf(stderr, "%s: layer %d %s: %s\n", command.c_str(), capture.layers[slot].layer, RealKvMixName(mix),
                      s.ToString().c_str());
@@ -252,7 +328,14 @@ int Main(int argc, char** argv) {
         worst_gpu_vs_cpu = std::isnan(r.gpu_vs_cpu_rel_l2) ? NAN : std::max(worst_gpu_vs_cpu, r.gpu_vs_cpu_rel_l2);
         if (json) std::printf("%s\n", RealKvRowJson(r).c_str());
       }
-      if (!json) std::printf("%s\n", RealKvTableRow(WorstRealKvRow(rows)).c_str());
+      // The short table: per CTA choice, the worst over the queries.
+      for (size_t begin = 0; !json && begin < rows.size();) {
+        size_t end = begin;
+        while (end < rows.size() && rows[end].gpu_variant == rows[begin].gpu_variant) ++end;
+        const std::vector<RealKvRow> same(rows.begin() + std::ptrdiff_t(begin), rows.begin() + std::ptrdiff_t(end));
+        std::printf("%s\n", RealKvTableRow(WorstRealKvRow(same)).c_str());
+        begin = end;
+      }
       std::fflush(stdout);
     }
     if (!errors.empty() && errors.back().code() == StatusCode::kInternal) break;
