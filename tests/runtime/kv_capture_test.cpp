@@ -275,6 +275,50 @@ TEST(KvCaptureModelTest, CapturesLayersOfTheDefaultModel) {
   EXPECT_EQ(CaptureModelKv(*model, pc.prompt_ids, options, &c).code(), StatusCode::kInvalidArgument);
 }
 
+// Positions: layer 0's q and k depend only on the token and its position, so the capture's decode-step queries and
+// K rows must equal the rows a single prefill of prompt + generated tokens computes at the same positions.
+TEST(KvCaptureModelTest, DecodeQueriesSitAtTheirPositions) {
+  std::unique_ptr<LlamaModel> model;
+  if (!LlamaModel::Load(DefaultModelPath(), &model).ok()) GTEST_SKIP() << "model not fetched: " << DefaultModelPath();
+  PasskeyCase pc;
+  ASSERT_TRUE(BuildPasskeyCase(model->tokenizer(), 256, 0.5, 2, &pc).ok());
+  KvCaptureOptions options;
+  options.layers = {0};
+  options.num_queries = 3;
+  options.kv_dtype = KvCaptureDtype::kFp32;
+  KvCapture c;
+  std::vector<int32_t> generated;
+  ASSERT_TRUE(CaptureModelKv(*model, pc.prompt_ids, options, &c, &generated).ok());
+  std::vector<int32_t> all = pc.prompt_ids;
+  all.insert(all.end(), generated.begin(), generated.end());
+  std::vector<float> q0, k0;
+  SessionOptions so;
+  so.mode = KvMode::kBf16;
+  so.max_tokens = int(all.size());
+  so.qkv_observer = [&](const LayerQkv& seen) {
+    if (seen.layer != 0) return;
+    q0.assign(seen.q, seen.q + seen.tokens * c.num_q_heads * c.head_dim);
+    k0.assign(seen.k, seen.k + seen.tokens * c.kv_heads * c.head_dim);
+  };
+  std::unique_ptr<InferenceSession> session;
+  ASSERT_TRUE(InferenceSession::Create(model.get(), so, &session).ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(session->Forward(all, false, &logits).ok());
+  ASSERT_EQ(int64_t(all.size()), c.tokens);
+  const size_t q_row = size_t(c.num_q_heads) * c.head_dim;
+  auto rel = [](const float* a, const float* b, size_t n) {
+    double err = 0.0, ref = 0.0;
+    for (size_t i = 0; i < n; ++i) err += double(a[i] - b[i]) * (a[i] - b[i]), ref += double(b[i]) * b[i];
+    return std::sqrt(err / ref);
+  };
+  for (int i = 0; i < c.num_queries; ++i) {
+    const size_t position = size_t(c.tokens - c.num_queries + i);
+    // The same weights and inputs; only the matmul's batching may differ (one row against a chunk).
+    EXPECT_LT(rel(&c.layers[0].q[size_t(i) * q_row], &q0[position * q_row], q_row), 1e-3) << "query " << i;
+  }
+  EXPECT_LT(rel(c.layers[0].k.data(), k0.data(), k0.size()), 1e-3);
+}
+
 #ifdef MINIMAKV_CLI_PATH
 // `minimakv eval capture-kv` end to end at a small context: the file it writes reads back with the asked shape.
 TEST(KvCaptureModelTest, CliWritesACaptureForASmallContext) {
