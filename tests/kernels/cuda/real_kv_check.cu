@@ -220,9 +220,8 @@ int Main(int argc, char** argv) {
                    "pages and on the dense K/V. Exit 0 when every row passes, 1 on a failure, 2 on bad usage or input.");
   parser.AddString("capture", "FILE", "KV capture file (required)", &capture_path);
   parser.AddString("mixes", "LIST", "format mixes to run, comma-separated: minima, fp8, tq3", &mixes_text);
-  parser.AddString("tq3-ctas", "LIST",
-                   "TQ3 kernel CTA shapes to run (CudaTq3Ctas), comma-separated: auto, narrow, wide, paired (a shape\n"
-                   "that does not exist for the capture's GQA group and head_dim runs as the plan falls back)",
+  // (A shape that does not exist for the capture's GQA group and head_dim runs as the plan falls back.)
+  parser.AddString("tq3-ctas", "LIST", "TQ3 kernel CTA shapes to run (CudaTq3Ctas): auto, narrow, wide, paired",
                    &ctas_text);
   parser.AddInt("seed", "seed of the physical page shuffle", &seed);
   parser.AddInt("threads", "CPU threads for the CPU kernels and references", &threads);
