@@ -162,13 +162,21 @@ Status RunOnce(const CudaDecodePlan& plan, const DeviceStep& step, void* d_works
 
 // One (layer, mix): pages and CPU figures once, then per TQ3 CTA choice (only auto for a step without TQ3 pages)
 // a plan, an Upload, a run and a replay of the same plan without a new Upload; one row per query and choice.
+// no_gpu: the CPU output stands in for the GPU's (a dry run of everything but the CUDA calls).
 Status CheckLayerMix(const KvCapture& capture, size_t slot, RealKvMix mix, const std::vector<CudaTq3Ctas>& ctas_choices,
                      uint64_t shuffle_seed, int threads, int sm_count, const HadamardRotation& rotation,
-                     double max_rel_l2, cudaStream_t stream, std::vector<RealKvRow>* rows) {
+                     double max_rel_l2, bool no_gpu, cudaStream_t stream, std::vector<RealKvRow>* rows) {
   RealKvPages pages;
   MINIMAKV_RETURN_IF_ERROR(BuildRealKvPages(capture, slot, mix, shuffle_seed, &pages));
   RealKvCpuSide cpu;
   MINIMAKV_RETURN_IF_ERROR(ComputeRealKvCpuSide(capture, slot, pages, rotation, threads, &cpu));
+  if (no_gpu) {
+    const size_t first_row = rows->size();
+    MINIMAKV_RETURN_IF_ERROR(CompareRealKv(capture, slot, pages, cpu, cpu.out.data(), cpu.lse_log2.data(),
+                                           cpu.out.data(), max_rel_l2, rows));
+    for (size_t i = first_row; i < rows->size(); ++i) (*rows)[i].gpu_variant = "none:cpu-only";
+    return Status::Ok();
+  }
   DeviceStep step;
   MINIMAKV_RETURN_IF_ERROR(UploadStep(capture, slot, pages, &step));
   const size_t out_values = capture.layers[slot].q.size();
@@ -209,7 +217,7 @@ Status CheckLayerMix(const KvCapture& capture, size_t slot, RealKvMix mix, const
 int Main(int argc, char** argv) {
   const std::string command = "minimakv_real_kv_check";
   std::string capture_path, mixes_text = "minima,fp8,tq3", ctas_text = "auto,narrow,wide,paired";
-  bool json = false;
+  bool json = false, no_gpu = false;
   int64_t seed = 1;
   int threads = 2;
   double max_rel_l2 = kRealKvMaxRelL2;
@@ -226,6 +234,8 @@ int Main(int argc, char** argv) {
   parser.AddInt("seed", "seed of the physical page shuffle", &seed);
   parser.AddInt("threads", "CPU threads for the CPU kernels and references", &threads);
   parser.AddDouble("max-rel-l2", "largest GPU vs CPU relative L2 error that passes", &max_rel_l2);
+  parser.AddBool("no-gpu", "a dry run without CUDA: the CPU output stands in for the GPU's (checks the capture and\n"
+                           "the host side; every gpu figure then equals the cpu one)", &no_gpu);
   parser.AddBool("json", "print one JSON object per (layer, mix, query) row and a final summary object, one per line",
                  &json);
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -278,20 +288,24 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    std::fprintf(stderr, "%s: no CUDA device\n", command.c_str());
-    return kExitFailure;
-  }
   cudaDeviceProp prop;
+  std::snprintf(prop.name, sizeof(prop.name), "no GPU (--no-gpu)");
   int sm_count = 0;
   cudaStream_t stream = nullptr;
-  for (const Status& setup : {CudaStatus(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"),
-                               CudaStatus(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), "SM count"),
-                               CudaStatus(cudaStreamCreate(&stream), "cudaStreamCreate")}) {
-    if (!setup.ok()) {
-      std::fprintf(stderr, "%s: %s\n", command.c_str(), setup.ToString().c_str());
+  if (!no_gpu) {
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+      std::fprintf(stderr, "%s: no CUDA device\n", command.c_str());
       return kExitFailure;
+    }
+    for (const Status& setup :
+         {CudaStatus(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"),
+          CudaStatus(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), "SM count"),
+          CudaStatus(cudaStreamCreate(&stream), "cudaStreamCreate")}) {
+      if (!setup.ok()) {
+        std::fprintf(stderr, "%s: %s\n", command.c_str(), setup.ToString().c_str());
+        return kExitFailure;
+      }
     }
   }
   CpuAttentionOptions cpu_options;
@@ -312,7 +326,7 @@ int Main(int argc, char** argv) {
       std::vector<RealKvRow> rows;
       const Status s =
           CheckLayerMix(capture, slot, mix, ctas_choices, uint64_t(seed), threads, sm_count, rotation, max_rel_l2,
-                        stream, &rows);
+                        no_gpu, stream, &rows);
       if (!s.ok()) {
         std::fprintf(stderr, "%s: layer %d %s: %s\n", command.c_str(), capture.layers[slot].layer, RealKvMixName(mix),
                      s.ToString().c_str());
@@ -339,8 +353,10 @@ int Main(int argc, char** argv) {
     }
     if (!errors.empty() && errors.back().code() == StatusCode::kInternal) break;
   }
-  if (const Status destroyed = CudaStatus(cudaStreamDestroy(stream), "cudaStreamDestroy"); !destroyed.ok()) {
-    errors.push_back(destroyed);
+  if (stream != nullptr) {
+    if (const Status destroyed = CudaStatus(cudaStreamDestroy(stream), "cudaStreamDestroy"); !destroyed.ok()) {
+      errors.push_back(destroyed);
+    }
   }
   const bool ok = errors.empty() && failed_rows == 0 && total_rows > 0;
   if (json) {
