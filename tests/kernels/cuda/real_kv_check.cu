@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "minimakv/cpu_attention.h"
@@ -220,6 +221,7 @@ int Main(int argc, char** argv) {
   bool json = false, no_gpu = false;
   int64_t seed = 1;
   int threads = 2;
+  int64_t anchor_tokens = -1, recent_tokens = -1;  // -1: the capture's policy
   double max_rel_l2 = kRealKvMaxRelL2;
   ArgParser parser(command,
                    "The CUDA decode (CudaDecodePlan::Create / Upload / CudaDecodeRun) on a real model's KV cache from a\n"
@@ -232,6 +234,8 @@ int Main(int argc, char** argv) {
   parser.AddString("tq3-ctas", "LIST", "TQ3 kernel CTA shapes to run (CudaTq3Ctas): auto, narrow, wide, paired",
                    &ctas_text);
   parser.AddInt("seed", "seed of the physical page shuffle", &seed);
+  parser.AddInt("anchors", "anchor tokens of the Minima mix instead of the capture's (a policy study)", &anchor_tokens);
+  parser.AddInt("recent", "recent tokens of the Minima mix instead of the capture's", &recent_tokens);
   parser.AddInt("threads", "CPU threads for the CPU kernels and references", &threads);
   parser.AddDouble("max-rel-l2", "largest GPU vs CPU relative L2 error that passes", &max_rel_l2);
   parser.AddBool("no-gpu", "a dry run without CUDA: the CPU output stands in for the GPU's (checks the capture and\n"
@@ -281,6 +285,15 @@ int Main(int argc, char** argv) {
   if (const Status read = ReadKvCapture(capture_path, &capture); !read.ok()) {
     std::fprintf(stderr, "%s: %s\n", command.c_str(), read.ToString().c_str());
     return kExitUsage;
+  }
+  for (const auto& [name, value, field] : {std::tuple{"anchors", anchor_tokens, &capture.anchor_tokens},
+                                           std::tuple{"recent", recent_tokens, &capture.recent_tokens}}) {
+    if (value < -1 || value > capture.tokens) {
+      std::fprintf(stderr, "%s: --%s %lld outside [0, %lld] (the capture's tokens)\n", command.c_str(), name,
+                   (long long)value, (long long)capture.tokens);
+      return kExitUsage;
+    }
+    if (value >= 0) *field = int(value);
   }
   HadamardRotation rotation;
   if (const Status made = HadamardRotation::Create(capture.head_dim, capture.rotation_seed, &rotation); !made.ok()) {
