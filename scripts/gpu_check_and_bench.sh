@@ -7,6 +7,8 @@
 # REAL_KV_CAPTURE: a capture file of a real model's K/V (`minimakv eval capture-kv`, docs/cli.md; made on the CPU
 # machine and carried, it is not in the tree): the tests then also run minimakv_real_kv_check on it, plain and under
 # memcheck (the CUDA decode of its layers against the CPU kernels on the same pages and against dense attention).
+# Where python3 has torch, the tests also run the PyTorch check (tests/python/torch_decode_check.py; SKIP_PYTHON=1
+# skips it).
 set -uo pipefail
 MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,6 +65,18 @@ if [[ $MODE == tests || $MODE == all ]]; then
     fi
     [[ $real_kv_rc -ne 0 ]] && { echo "real_kv_check FAILED rc=$real_kv_rc"; status=1; }
   fi
+  # The PyTorch path (docs/python.md): the C ABI library through ctypes, checked against the library's fp64
+  # reference and torch SDPA, bad inputs, timing (where python3 has torch; SKIP_PYTHON=1 skips it).
+  if [[ -z ${SKIP_PYTHON:-} ]] && python3 -c "import torch" > /dev/null 2>&1; then
+    echo "== PyTorch check: tests/python/torch_decode_check.py ($(date -u +%H:%M:%S))"
+    cmake --build "$BUILD" --target minimakv_cuda_capi -j "$JOBS" >> "$BUILD/build.log" 2>&1 \
+      || { grep -E "error" -A3 "$BUILD/build.log" | head -30; }
+    CAPI=$(find "$BUILD" -name libminimakv_cuda_capi.so -type f | head -1)
+    python3 "$ROOT/tests/python/torch_decode_check.py" --lib "${CAPI:-missing}" 2>&1 | tee -a "$OUT_DIR/tests.log" \
+      | grep -vE "^  ok " | tail -25
+    torch_check_rc=${PIPESTATUS[0]}
+    [[ $torch_check_rc -ne 0 ]] && { echo "torch_decode_check FAILED rc=$torch_check_rc"; status=1; }
+  fi
 fi
 
 if [[ $MODE == bench || $MODE == all ]]; then
@@ -80,7 +94,7 @@ if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the pa
   # summary sections, raw stall / pipe metrics, SM-to-SM spread of active cycles (bench/cuda/ncu_profile.sh)
   "$ROOT/bench/cuda/ncu_profile.sh" "$BENCH" "$OUT_DIR/ncu" "$p_shape" "$p_ctx" "$p_batch" "$p_fmt"
 fi
-echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped}, cuda_example rc=${example_rc:-skipped}, real_kv_check rc=${real_kv_rc:-skipped})"
+echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped}, cuda_example rc=${example_rc:-skipped}, real_kv_check rc=${real_kv_rc:-skipped}, torch_decode_check rc=${torch_check_rc:-skipped})"
 if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then
   python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
     | tee "$OUT_DIR/summary.txt"
