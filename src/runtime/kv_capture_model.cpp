@@ -61,6 +61,9 @@ Status CaptureModelKv(const LlamaModel& model, std::span<const int32_t> prompt, 
     c.layers.push_back(std::move(l));
     slot_of[size_t(layers[i])] = int(i);
   }
+  // The shape must be one the file format holds (head_dim 64 / 128 / 256, head counts, page size): checked now,
+  // on the zero-filled layers, rather than after the whole model run.
+  MINIMAKV_RETURN_IF_ERROR(ValidateKvCapture(c));
 
   const int64_t prompt_tokens = int64_t(prompt.size());
   const int total_steps = config.num_layers + options.num_queries;

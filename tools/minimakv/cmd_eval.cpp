@@ -402,7 +402,8 @@ int RunCaptureKv(const std::vector<std::string>& args) {
   parser.AddBool("json", "print a JSON object (path, bytes, layers, tokens, queries, passkey, answer, seconds, ...)",
                  &json);
   parser.SetEpilog("Example: minimakv eval capture-kv --context 8192 --layers 0,7,15,29 --out kv8k.mkvcap\n"
-                   "(SmolLM2-135M, bf16 K/V: 6.0 MB per layer for the 7,848 tokens of that prompt; fp32 doubles it)");
+                   "(SmolLM2-135M, bf16 K/V: 6.0 MB per layer for the 7,848 tokens of that capture, a 7,844-token prompt\n"
+                   "and 4 decode steps; fp32 doubles it)");
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
   if (out_path.empty()) return ReportError(command, Status::InvalidArgument("--out FILE is required"));
