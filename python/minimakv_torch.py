@@ -16,6 +16,7 @@ whole step; tests/python/torch_decode_check.py runs one against torch attention.
     out, lse_log2 = plan.run(q)                       # q [num_seqs][num_q_heads][head_dim] fp32
 """
 import ctypes
+import operator
 import os
 
 import torch
@@ -243,7 +244,10 @@ class PagedView:
         pt = pool.page_tokens
         indptr, ids, last = [0], [], []
         for s, (pages, tokens) in enumerate(zip(seq_pages, seq_tokens)):
-            pages = [int(p) for p in pages]
+            pages = [operator.index(p) for p in pages]
+            tokens = operator.index(tokens)  # an int (or numpy / 0-d torch integer), never a float
+            if tokens < 0:
+                raise ValueError(f"sequence {s}: {tokens} tokens")
             fits = not pages if tokens == 0 else (len(pages) - 1) * pt < tokens <= len(pages) * pt
             if not fits:
                 raise ValueError(f"sequence {s}: {tokens} tokens do not fill {len(pages)} pages of {pt} tokens")
@@ -254,7 +258,7 @@ class PagedView:
             last.append(tokens - (len(pages) - 1) * pt if pages else pt)
         self.pool = pool
         self.num_seqs = len(seq_tokens)
-        self.seq_tokens = [int(t) for t in seq_tokens]
+        self.seq_tokens = [operator.index(t) for t in seq_tokens]
         self.host_page_indptr = torch.tensor(indptr, dtype=torch.int32)
         self.host_page_ids = torch.tensor(ids, dtype=torch.int32)
         self.host_last_page_tokens = torch.tensor(last, dtype=torch.int32)
@@ -322,6 +326,13 @@ class DecodePlan:
                 not torch.equal(a.host_page_indptr, b.host_page_indptr) or
                 not torch.equal(a.host_last_page_tokens, b.host_last_page_tokens) for a, b in zip(views, self.views)):
             raise ValueError("views differ from the plan's in format or lengths: make a new DecodePlan")
+        # The library lays the pages out with the plan's kv_heads and head_dim: a pool of another shape (or on
+        # another device) would be read out of bounds, which the device cannot check.
+        for v in views:
+            if (v.pool.kv_heads, v.pool.head_dim, v.pool.device) != (self.kv_heads, self.head_dim, self.device):
+                raise ValueError(f"a view's pool (kv_heads {v.pool.kv_heads}, head_dim {v.pool.head_dim}, "
+                                 f"{v.pool.device}) differs from the plan's ({self.kv_heads}, {self.head_dim}, "
+                                 f"{self.device})")
         shape = (self.num_seqs, self.num_q_heads, self.head_dim)
         _check_cuda("q", q, torch.float32, self.device, shape)
         out = torch.empty(shape, dtype=torch.float32, device=self.device) if out is None else out
