@@ -70,7 +70,7 @@ MINIMAKV_C_EXPORT int minimakv_page_bytes(int32_t format, int32_t kv_heads, int3
 /* Appends num_tokens rows of K and V into pages of `format` (FP8 or BF16) on `stream` (asynchronous).
  *   d_key, d_value   device [num_tokens][kv_heads][head_dim], input_dtype MINIMAKV_DTYPE_*
  *   d_slot_mapping   device int64 [num_tokens]: slot = page_id * page_tokens + token_in_page; negative = skip row
- *   d_pages          device pool of num_pages pages
+ *   d_pages          device pool of num_pages pages (0 .. 2^40)
  *   d_error_flag     device int32 [1], zeroed here. Rows with a slot >= num_pages * page_tokens or a non-finite
  *                    value are not written; minimakv_cuda_read_error_flag reports the first one. */
 MINIMAKV_C_EXPORT int minimakv_cuda_append(int32_t format, int32_t kv_heads, int32_t head_dim, int32_t page_tokens,

@@ -41,24 +41,46 @@ namespace {
 
 thread_local std::string g_last_error;
 
-int Report(const Status& status) {
+// When a message cannot be stored (out of memory): a short fixed one, which fits the string's inline buffer
+// (no allocation).
+void SetOutOfMemoryError() noexcept {
+  g_last_error.clear();
+  g_last_error.append("out of memory");
+}
+
+int Report(const Status& status) noexcept {
   if (status.ok()) {
     g_last_error.clear();
     return MINIMAKV_OK;
   }
-  g_last_error = status.message();
+  try {
+    g_last_error = status.message();
+  } catch (...) {
+    SetOutOfMemoryError();
+  }
   return int(status.code());
+}
+
+// The status of an exception caught at the boundary. Building its message can throw too (bad_alloc), and that
+// must not leave the catch handler either.
+int ReportException(const char* what) noexcept {
+  try {
+    return Report(Status::Internal(std::string("exception: ") + what));
+  } catch (...) {
+    SetOutOfMemoryError();
+    return MINIMAKV_INTERNAL;
+  }
 }
 
 // Runs body (returning Status) and turns its result, or any exception, into the C status.
 template <typename Body>
-int Guarded(Body&& body) {
+int Guarded(Body&& body) noexcept {
   try {
     return Report(body());
   } catch (const std::exception& e) {
-    return Report(Status::Internal(std::string("exception: ") + e.what()));
+    return ReportException(e.what());
   } catch (...) {
-    return Report(Status::Internal("unknown exception"));
+    return ReportException("unknown");
   }
 }
 
@@ -147,7 +169,10 @@ int minimakv_cuda_append(int32_t format, int32_t kv_heads, int32_t head_dim, int
     if (input_dtype != MINIMAKV_DTYPE_FLOAT32 && input_dtype != MINIMAKV_DTYPE_BFLOAT16) {
       return Status::InvalidArgument("input_dtype " + std::to_string(input_dtype) + " is not 0 (float32) or 1 (bf16)");
     }
-    if (num_pages < 0) return Status::InvalidArgument("num_pages " + std::to_string(num_pages) + " < 0");
+    // num_pages * page_tokens (<= 65536) is the kernel's slot bound: it must not overflow int64.
+    if (num_pages < 0 || num_pages > (int64_t(1) << 40)) {
+      return Status::InvalidArgument("num_pages " + std::to_string(num_pages) + " outside [0, 2^40]");
+    }
     args.layout.kv_heads = kv_heads;
     args.layout.head_dim = head_dim;
     args.layout.page_tokens = page_tokens;
