@@ -70,7 +70,8 @@
 #include "kernels/cpu/avx512_exp2.h"  // (and <immintrin.h>)
 
 #define MINIMAKV_AMX_TARGET                                                                                      \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,gfni,avx512bf16,amx-tile,amx-bf16,amx-int8")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,gfni,avx512bf16,"                  \
+                        "amx-tile,amx-bf16,amx-int8")))
 
 namespace minimakv::cpu {
 namespace {
