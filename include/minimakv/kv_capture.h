@@ -17,8 +17,8 @@
 //    0   8  magic "MKVCAPT1"
 //    8   4  u32 version = 1
 //   12   4  u32 kv_dtype: 0 = fp32 (4 bytes a value), 1 = bf16 (2 bytes a value, the high half of the fp32)
-//   16   4  u32 num_q_heads                (>= 1, a multiple of kv_heads)
-//   20   4  u32 kv_heads                   (>= 1)
+//   16   4  u32 num_q_heads                (1 .. 8192, a multiple of kv_heads)
+//   20   4  u32 kv_heads                   (1 .. 1024)
 //   24   4  u32 head_dim                   (64, 128 or 256)
 //   28   4  u32 page_tokens                (1 .. 65536)
 //   32   4  f32 sm_scale                   (finite, > 0; the model's softmax scale, 1/sqrt(head_dim))
