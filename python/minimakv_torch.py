@@ -327,8 +327,9 @@ class DecodePlan:
                 not torch.equal(a.host_last_page_tokens, b.host_last_page_tokens) for a, b in zip(views, self.views)):
             raise ValueError("views differ from the plan's in format or lengths: make a new DecodePlan")
         # The library lays the pages out with the plan's kv_heads and head_dim: a pool of another shape (or on
-        # another device) would be read out of bounds, which the device cannot check.
-        for v in views:
+        # another device) would be read out of bounds, which the device cannot check. (The plan's own views were
+        # checked when it was made.)
+        for v in (views if views is not self.views else ()):
             if (v.pool.kv_heads, v.pool.head_dim, v.pool.device) != (self.kv_heads, self.head_dim, self.device):
                 raise ValueError(f"a view's pool (kv_heads {v.pool.kv_heads}, head_dim {v.pool.head_dim}, "
                                  f"{v.pool.device}) differs from the plan's ({self.kv_heads}, {self.head_dim}, "
