@@ -1,9 +1,11 @@
 #include "minimakv/kv_capture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <exception>
 #include <iterator>
 
 #include "minimakv/scalar_formats.h"
@@ -307,10 +309,27 @@ Status WriteKvCapture(const KvCapture& capture, const std::string& path) {
 }
 
 Status ReadKvCapture(const std::string& path, KvCapture* out) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return Status::NotFound("cannot open KV capture '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::Corruption("KV capture '" + path + "': read error");
+  const std::streamoff size = in.tellg();
+  in.seekg(0);
+  if (size < 0 || !in) return Status::Corruption("KV capture '" + path + "': cannot tell its size");
+  // The header first: a file that is not a capture (a model file given by mistake) is rejected on its first bytes
+  // instead of being read whole.
+  std::vector<uint8_t> bytes(size_t(std::min<std::streamoff>(size, std::streamoff(kKvCaptureHeaderBytes))));
+  in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+  if (!in) return Status::Corruption("KV capture '" + path + "': read error");
+  if (bytes.size() == kKvCaptureHeaderBytes && std::memcmp(bytes.data(), kKvCaptureMagic, sizeof(kKvCaptureMagic)) == 0) {
+    try {
+      bytes.resize(size_t(size));
+    } catch (const std::exception&) {
+      return Status::ResourceExhausted("KV capture '" + path + "': cannot hold its " + std::to_string(size) +
+                                       " bytes in memory");
+    }
+    in.read(reinterpret_cast<char*>(bytes.data() + kKvCaptureHeaderBytes),
+            std::streamsize(bytes.size() - kKvCaptureHeaderBytes));
+    if (!in) return Status::Corruption("KV capture '" + path + "': read error");
+  }
   Status s = DecodeKvCapture(bytes, out);
   if (!s.ok()) return Status::Corruption("'" + path + "': " + s.message());
   return Status::Ok();

@@ -202,6 +202,26 @@ TEST(KvCaptureTest, RejectsBadFilesNamingTheBadValue) {
   const Status missing = ReadKvCapture("/nonexistent/dir/capture.mkvcap", &out);
   EXPECT_EQ(missing.code(), StatusCode::kNotFound);
   EXPECT_NE(missing.message().find("/nonexistent/dir/capture.mkvcap"), std::string::npos);
+
+  // Files that are not captures (read header first): a larger file of other bytes, an empty file, a cut one.
+  const std::string path = TempPath("kv_capture_not_a_capture");
+  const auto read_file_of = [&](const std::vector<uint8_t>& content) {
+    {
+      std::ofstream file(path, std::ios::binary | std::ios::trunc);
+      file.write(reinterpret_cast<const char*>(content.data()), std::streamsize(content.size()));
+    }
+    KvCapture read;
+    const Status s = ReadKvCapture(path, &read);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+    return s.message();
+  };
+  EXPECT_NE(read_file_of(std::vector<uint8_t>(100000, 'G')).find("wrong magic"), std::string::npos);
+  EXPECT_NE(read_file_of({}).find("truncated: 0 bytes"), std::string::npos);
+  EXPECT_NE(read_file_of(std::vector<uint8_t>(good.begin(), good.begin() + 40)).find("truncated: 40 bytes"),
+            std::string::npos);
+  EXPECT_NE(read_file_of(std::vector<uint8_t>(good.begin(), good.end() - 1)).find("truncated"), std::string::npos);
+  std::filesystem::remove(path);
 }
 
 // Random header edits (checksum resealed so the field checks run) and random cuts: every result is a Status, never
