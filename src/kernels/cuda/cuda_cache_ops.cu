@@ -271,6 +271,12 @@ Status CudaAppend(const CudaAppendArgs& args, cudaStream_t stream) {
                                    std::string(KvFormatName(args.layout.format)));
   }
   if (args.num_tokens < 0) return Status::InvalidArgument("num_tokens " + std::to_string(args.num_tokens) + " < 0");
+  // The kernel's slot bound is num_pages * page_tokens (int64): keep it far from overflow (2^40 pages; page_tokens
+  // <= 65536 by CheckPageLayout).
+  constexpr int64_t kMaxAppendPages = int64_t(1) << 40;
+  if (args.num_pages < 0 || int64_t(args.num_pages) > kMaxAppendPages) {
+    return Status::InvalidArgument("num_pages " + std::to_string(args.num_pages) + " outside [0, 2^40]");
+  }
   if (args.d_error_flag == nullptr) return Status::InvalidArgument("d_error_flag is null");
   MINIMAKV_RETURN_IF_ERROR(CudaError(cudaMemsetAsync(args.d_error_flag, 0, sizeof(int32_t), stream), "memset"));
   if (args.num_tokens == 0) return Status::Ok();
