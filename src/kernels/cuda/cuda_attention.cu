@@ -712,7 +712,7 @@ __device__ inline void WritePartialStates(const DecodeParams& p, const HeadTile&
       for (int w = 0; w < kWarps; ++w) weight[w] = 0.0f;
     }
     constexpr int kStateDim = kPairedKv ? kHeadDim / 2 : kHeadDim;
-    const int first_dim = kPairedKv && h >= kMaxGroup / 2 ? kStateDim : 0;
+    const int first_dim = kPairedKv && h >= kPairHalfRows ? kStateDim : 0;
     for (int dim = lane; dim < kStateDim; dim += kWarpSize) {
       const int src = first_dim + dim;
       float out = 0.0f;
@@ -1332,7 +1332,7 @@ __device__ inline void LoadTq3QueryRows(const DecodeParams& p, const CudaWorkIte
     const float* q_row =
         p.q + (size_t(item.seq) * p.num_q_heads + heads.first_head + (real ? RowHead<kPairedKv>(heads, row) : 0)) *
                   kQueryDim;
-    const int half = row >= kMaxGroup / 2 ? 1 : 0;
+    const int half = row >= kPairHalfRows ? 1 : 0;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       if constexpr (kPairedKv) {
