@@ -51,15 +51,16 @@ _SIGNATURES = {
     "minimakv_page_bytes": [_I32, _I32, _I32, _I32, _PTR],
     "minimakv_cuda_append": [_I32, _I32, _I32, _I32, _PTR, _PTR, _I32, _I32, _PTR, _PTR, _I64, _PTR, _PTR],
     "minimakv_cuda_read_error_flag": [_PTR, _PTR],
-    "minimakv_cuda_convert_fp8_to_tq3": [_I32, _I32, _I32, _PTR, _PTR, _PTR, _I32, _U64, _PTR, _PTR],
-    "minimakv_cuda_plan_create": [_I32, _I32, _I32, _I32, _F32, _U64, _I32, _PTR, _PTR, _PTR_ARRAY, _PTR_ARRAY, _PTR],
+    "minimakv_cuda_convert_fp8_to_tq3": [_I32, _I32, _I32, _PTR, _PTR, _I64, _I64, _PTR, _I32, _U64, _PTR, _PTR],
+    "minimakv_cuda_plan_create": [_I32, _I32, _I32, _I32, _I32, _F32, _U64, _I32, _PTR, _PTR, _PTR_ARRAY, _PTR_ARRAY,
+                                  _PTR],
     "minimakv_cuda_plan_workspace_bytes": [_PTR, _PTR],
     "minimakv_cuda_plan_total_items": [_PTR, _PTR],
     "minimakv_cuda_plan_upload": [_PTR, _PTR, _PTR],
     "minimakv_cuda_decode_run": [_PTR, _I32, _PTR_ARRAY, _PTR_ARRAY, _PTR_ARRAY, _PTR_ARRAY, _PTR, _PTR, _PTR, _PTR,
                                  _PTR],
     "minimakv_cuda_plan_destroy": [_PTR],
-    "minimakv_reference_decode_host": [_I32, _I32, _I32, _I32, _F32, _U64, _I32, _PTR, _PTR, _PTR, _PTR_ARRAY,
+    "minimakv_reference_decode_host": [_I32, _I32, _I32, _I32, _I32, _F32, _U64, _I32, _PTR, _PTR, _PTR, _PTR_ARRAY,
                                        _PTR_ARRAY, _PTR_ARRAY, _PTR_ARRAY, _PTR, _PTR, _PTR],
 }
 _lib = None
@@ -198,7 +199,8 @@ append_fp8 = append
 
 def convert_to_tq3(fp8_pool, tq3_pool, pairs, rotation_seed=None, check=True):
     """Converts FP8 pages to TQ3 pages. pairs: (fp8 page, tq3 page, valid tokens) triples, as a list or an int32
-    tensor [n][3]; a list or a CPU tensor is range-checked before the copy to the device (a CUDA tensor is trusted).
+    tensor [n][3]; a list or a CPU tensor is range-checked here, a CUDA tensor on the device (a bad pair is not
+    converted, and check=True raises the error naming it).
     The source pages are not freed: the caller's block table decides when they are reused."""
     if fp8_pool.format != FORMAT_FP8 or tq3_pool.format != FORMAT_TQ3:
         raise ValueError("convert_to_tq3 needs an fp8 pool and a tq3 pool")
@@ -225,7 +227,7 @@ def convert_to_tq3(fp8_pool, tq3_pool, pairs, rotation_seed=None, check=True):
     seed = default_rotation_seed() if rotation_seed is None else rotation_seed
     _call_on(fp8_pool.device, "minimakv_cuda_convert_fp8_to_tq3", fp8_pool.kv_heads, fp8_pool.head_dim,
              fp8_pool.page_tokens, _PTR(fp8_pool.data.data_ptr()), _PTR(tq3_pool.data.data_ptr()),
-             _PTR(pairs.data_ptr()), pairs.shape[0], seed, _PTR(tq3_pool.error_flag.data_ptr()),
+             fp8_pool.num_pages, tq3_pool.num_pages, _PTR(pairs.data_ptr()), pairs.shape[0], seed, _PTR(tq3_pool.error_flag.data_ptr()),
              _stream(fp8_pool.device))
     if check:
         tq3_pool.check_errors()
@@ -286,13 +288,17 @@ def _view_arrays(views, host):
 
 
 class DecodePlan:
-    """One decode step's plan (one query token per sequence) over views of different formats, with its device
-    workspace, uploaded on the current stream. run() may repeat while the views keep the same lengths."""
+    """One decode step's plan over views of different formats, with its device workspace, uploaded on the current
+    stream. run() may repeat while the views keep the same lengths. query_tokens: query tokens per sequence, each
+    attending to every cached token of its sequence (1: decode; more: speculative decoding's verification, whose
+    in-chunk causal part the caller merges)."""
 
-    def __init__(self, views, num_q_heads, sm_scale=None, rotation_seed=None):
+    def __init__(self, views, num_q_heads, sm_scale=None, rotation_seed=None, query_tokens=1):
         first = _check_views(views)
+        if not isinstance(query_tokens, int) or query_tokens < 1:
+            raise ValueError(f"query_tokens must be an int >= 1, got {query_tokens!r}")
         self.views = list(views)
-        self.num_seqs, self.num_q_heads = views[0].num_seqs, num_q_heads
+        self.num_seqs, self.num_q_heads, self.query_tokens = views[0].num_seqs, num_q_heads, query_tokens
         self.kv_heads, self.head_dim, self.device = first.kv_heads, first.head_dim, first.device
         self.sm_scale = 1.0 / self.head_dim ** 0.5 if sm_scale is None else float(sm_scale)
         self.rotation_seed = default_rotation_seed() if rotation_seed is None else rotation_seed
@@ -302,7 +308,7 @@ class DecodePlan:
         indptr, _, last = _view_arrays(views, host=True)
         self._handle = _PTR()
         with torch.cuda.device(self.device):  # the plan sizes its split for this device's SMs
-            _call("minimakv_cuda_plan_create", self.num_seqs, num_q_heads, self.kv_heads, self.head_dim,
+            _call("minimakv_cuda_plan_create", self.num_seqs, query_tokens, num_q_heads, self.kv_heads, self.head_dim,
                   self.sm_scale, self.rotation_seed, n, self._formats, self._page_tokens, indptr, last,
                   ctypes.byref(self._handle))
         workspace = _I64()
@@ -311,13 +317,15 @@ class DecodePlan:
         _call("minimakv_cuda_plan_total_items", self._handle, ctypes.byref(items))
         self.total_items = items.value
         self.workspace = torch.empty(max(1, workspace.value), dtype=torch.uint8, device=self.device)
+        self._workspace_stream = torch.cuda.current_stream(self.device)
         _call_on(self.device, "minimakv_cuda_plan_upload", self._handle, _PTR(self.workspace.data_ptr()),
                  _stream(self.device))
 
     def run(self, q, views=None, out=None, lse_log2=None):
-        """q: fp32 [num_seqs][num_q_heads][head_dim] CUDA. views: the plan's by default, or views of the same
-        formats and lengths (other pages). Returns (out fp32 [num_seqs][num_q_heads][head_dim], lse_log2 fp32
-        [num_seqs][num_q_heads], base 2: the LSE of the scaled scores / ln 2; -inf for a sequence with no token)."""
+        """q: fp32 CUDA [num_seqs][num_q_heads][head_dim] (query_tokens 1) or [num_seqs][query_tokens][num_q_heads]
+        [head_dim]. views: the plan's by default, or views of the same formats and lengths (other pages). Returns
+        (out fp32 of q's shape, lse_log2 fp32 of q's shape without head_dim, base 2: the LSE of the scaled scores /
+        ln 2; -inf for a sequence with no token)."""
         if self._handle is None:
             raise RuntimeError("DecodePlan is closed")
         views = self.views if views is None else list(views)
@@ -334,12 +342,18 @@ class DecodePlan:
                 raise ValueError(f"a view's pool (kv_heads {v.pool.kv_heads}, head_dim {v.pool.head_dim}, "
                                  f"{v.pool.device}) differs from the plan's ({self.kv_heads}, {self.head_dim}, "
                                  f"{self.device})")
-        shape = (self.num_seqs, self.num_q_heads, self.head_dim)
+        tokens = () if self.query_tokens == 1 else (self.query_tokens,)
+        shape = (self.num_seqs, *tokens, self.num_q_heads, self.head_dim)
         _check_cuda("q", q, torch.float32, self.device, shape)
         out = torch.empty(shape, dtype=torch.float32, device=self.device) if out is None else out
-        lse_log2 = torch.empty(shape[:2], dtype=torch.float32, device=self.device) if lse_log2 is None else lse_log2
+        lse_log2 = torch.empty(shape[:-1], dtype=torch.float32, device=self.device) if lse_log2 is None else lse_log2
         _check_cuda("out", out, torch.float32, self.device, shape)
-        _check_cuda("lse_log2", lse_log2, torch.float32, self.device, shape[:2])
+        _check_cuda("lse_log2", lse_log2, torch.float32, self.device, shape[:-1])
+        # The workspace came from the caching allocator on the plan's stream; used on another stream it must not be
+        # handed out again before this stream's work is done (torch's record_stream contract).
+        stream = torch.cuda.current_stream(self.device)
+        if stream != self._workspace_stream:
+            self.workspace.record_stream(stream)
         indptr, ids, last = _view_arrays(views, host=False)
         pages = _ptr_array([v.pool.data.data_ptr() for v in views])
         _call_on(self.device, "minimakv_cuda_decode_run", self._handle, len(views), pages, indptr, ids, last,
@@ -358,9 +372,15 @@ class DecodePlan:
 
 def reference_decode(q, views, sm_scale=None, rotation_seed=None):
     """The library's fp64 reference attention (every page decoded by the codecs) on host copies of the pools:
-    (out, lse_log2) as CPU fp32 tensors, for checks. Copies whole pools to the host (synchronizes)."""
+    (out, lse_log2) as CPU fp32 tensors, for checks. q: [num_seqs][num_q_heads][head_dim] or [num_seqs]
+    [query_tokens][num_q_heads][head_dim], as DecodePlan.run. Copies whole pools to the host (synchronizes)."""
     first = _check_views(views)
-    num_seqs, num_q_heads, head_dim = q.shape
+    if q.dim() == 4:
+        num_seqs, query_tokens, num_q_heads, head_dim = q.shape
+    elif q.dim() == 3:
+        (num_seqs, num_q_heads, head_dim), query_tokens = q.shape, 1
+    else:
+        raise ValueError(f"q must be [num_seqs][(query_tokens)][num_q_heads][head_dim], got {tuple(q.shape)}")
     sm_scale = 1.0 / head_dim ** 0.5 if sm_scale is None else float(sm_scale)
     seed = default_rotation_seed() if rotation_seed is None else rotation_seed
     if q.dtype != torch.float32 or num_seqs != views[0].num_seqs or head_dim != first.head_dim:
@@ -368,11 +388,11 @@ def reference_decode(q, views, sm_scale=None, rotation_seed=None):
                          f"{tuple(q.shape)}")
     host_q = q.detach().cpu().contiguous()
     host_pools = [v.pool.data.cpu() for v in views]
-    out = torch.empty(num_seqs, num_q_heads, head_dim, dtype=torch.float32)
-    lse_log2 = torch.empty(num_seqs, num_q_heads, dtype=torch.float32)
+    out = torch.empty(q.shape, dtype=torch.float32)
+    lse_log2 = torch.empty(q.shape[:-1], dtype=torch.float32)
     n = len(views)
     indptr, ids, last = _view_arrays(views, host=True)
-    _call("minimakv_reference_decode_host", num_seqs, num_q_heads, first.kv_heads, head_dim, sm_scale, seed, n,
+    _call("minimakv_reference_decode_host", num_seqs, query_tokens, num_q_heads, first.kv_heads, head_dim, sm_scale, seed, n,
           (_I32 * n)(*[v.pool.format for v in views]), (_I32 * n)(*[v.pool.page_tokens for v in views]),
           (_I64 * n)(*[v.pool.num_pages for v in views]), _ptr_array([p.data_ptr() for p in host_pools]),
           indptr, ids, last, _PTR(host_q.data_ptr()), _PTR(out.data_ptr()), _PTR(lse_log2.data_ptr()))

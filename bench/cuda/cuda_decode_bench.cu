@@ -4,7 +4,9 @@
 // this same process; what the merge adds to the step (the step against the partial kernels alone, alternating run by
 // run: merge_in_step_us) and the merge kernel's time alone (merge_us). Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired]
+//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired] [--query-tokens T]
+// --query-tokens T (session 16): T query tokens per sequence (speculative decoding's verification step); the shape
+// column then reads SHAPE-tT. The KV bytes are those of one read, whatever T.
 // --timeline N (v19; needs a build with -DMINIMAKV_CUDA_TIMELINE=1): after each timed point, N more steps with the
 // kernels' per-CTA %globaltimer probes read back, and a breakdown of the step printed (medians over the N steps; all
 // times relative to the end of the L2 flush kernel, which the start event follows): flush end -> first partial CTA,
@@ -311,6 +313,7 @@ int main(int argc, char** argv) {
   bool flush_by_memset = false;
   int timeline_steps = 0;
   CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;  // v23: the plan's TQ3 CTA shape (A/B in one binary)
+  int query_tokens = 1;                       // session 16: query tokens per sequence
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -325,6 +328,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--timeline") && i + 1 < argc) timeline_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_by_memset = !std::strcmp(argv[++i], "memset");
+    else if (!std::strcmp(argv[i], "--query-tokens") && i + 1 < argc) {
+      query_tokens = std::atoi(argv[++i]);
+      if (query_tokens < 1) {
+        std::fprintf(stderr, "--query-tokens takes a count >= 1, not \"%s\"\n", argv[i]);
+        return 2;
+      }
+    }
     else if (!std::strcmp(argv[i], "--tq3-ctas") && i + 1 < argc) {
       const char* value = argv[++i];
       if (!std::strcmp(value, "narrow")) tq3_ctas = CudaTq3Ctas::kNarrow;
@@ -458,11 +468,14 @@ int main(int argc, char** argv) {
         View mix_fp8 = MakeView(batch, fp8_mix_tokens, fp8.num_pages, rng);
         View mix_tq3 = MakeView(batch, tq3_mix_tokens, tq3.num_pages, rng);
 
-        const size_t q_floats = size_t(batch) * shape.num_q_heads * shape.head_dim;
+        const size_t q_rows = size_t(batch) * query_tokens * shape.num_q_heads;
+        const size_t q_floats = q_rows * shape.head_dim;
         float *d_q, *d_out, *d_lse;
         CUDA_OK(cudaMalloc(&d_q, q_floats * 4));
         CUDA_OK(cudaMalloc(&d_out, q_floats * 4));
-        CUDA_OK(cudaMalloc(&d_lse, size_t(batch) * shape.num_q_heads * 4));
+        CUDA_OK(cudaMalloc(&d_lse, q_rows * 4));
+        const std::string label = query_tokens == 1 ? std::string(shape.name)
+                                                    : std::string(shape.name) + "-t" + std::to_string(query_tokens);
         {
           std::vector<float> q(q_floats);
           std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -481,7 +494,7 @@ int main(int argc, char** argv) {
                                     {"mix", {{&fp8, &mix_fp8}, {&tq3, &mix_tq3}}}};
         for (const Variant& variant : variants) {
           CudaDecodeShape dshape{batch, shape.num_q_heads, shape.kv_heads, shape.head_dim,
-                                 1.0f / std::sqrt(float(shape.head_dim)), 42, tq3_ctas};
+                                 1.0f / std::sqrt(float(shape.head_dim)), 42, tq3_ctas, query_tokens};
           std::vector<CudaViewLengths> lengths;
           std::vector<PagedKvView> views;
           size_t kv_bytes = 0;
@@ -526,10 +539,10 @@ int main(int argc, char** argv) {
           const double gbps = double(kv_bytes) / us * 1e-3;
           std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge in step"
                       " %5.1f us (alone %5.1f)  items %d\n",
-                      shape.name, ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
+                      label.c_str(), ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
                       merge_in_step_us, Median(tm), plan.total_items());
           if (csv) {
-            std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f\n", shape.name, ctx, batch,
+            std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f\n", label.c_str(), ctx, batch,
                          variant.name, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, Median(tm), plan.total_items(),
                          read_gbps, merge_in_step_us);
             std::fflush(csv);
@@ -609,6 +622,8 @@ int main(int argc, char** argv) {
     args.d_tq3_pages = tq3.d_pages;
     args.d_pairs = d_pairs;
     args.num_pairs = pages;
+    args.fp8_num_pages = fp8.num_pages;
+    args.tq3_num_pages = tq3.num_pages;
     args.rotation_seed = 42;
     args.d_error_flag = d_flag;
     auto convert = [&] { STATUS_OK(CudaConvertFp8ToTq3(args, stream)); };

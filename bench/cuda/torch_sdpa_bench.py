@@ -4,7 +4,10 @@ Same shapes, contexts and batches as bench/cuda/cuda_decode_bench.cu; one query 
 enable_gqa (no K/V expansion). Median of CUDA-event times, the L2 flushed before every run the same way as the CUDA
 bench (--flush read: one read sweep of a 256 MB buffer, clean L2 lines; --flush memset: writing it, as
 triton.testing.do_bench does, which leaves dirty lines for the timed call to write back).
-Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick] [--flush read|memset]
+Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
+    [--query-tokens T]
+--query-tokens T (session 16): T query tokens per sequence, each attending to the whole context (no mask), as the
+CUDA bench's --query-tokens; the shape column then reads SHAPE-tT.
 """
 import argparse
 import csv
@@ -44,7 +47,12 @@ def main():
     parser.add_argument("--csv", required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--flush", choices=["read", "memset"], default="read")
+    parser.add_argument("--only", nargs=3, action="append", metavar=("SHAPE", "CTX", "BATCH"),
+                        help="just these points (repeatable)")
+    parser.add_argument("--query-tokens", type=int, default=1)
     args = parser.parse_args()
+    if args.query_tokens < 1:
+        parser.error(f"--query-tokens takes a count >= 1, not {args.query_tokens}")
     flush_buf = torch.ones(FLUSH_BYTES // 4, device="cuda", dtype=torch.int32)
     if args.flush == "read":
         flush = lambda: flush_buf.sum()
@@ -56,11 +64,20 @@ def main():
     points = [(name, hq, hkv, d, ctx, batch) for name, hq, hkv, d in SHAPES for ctx in contexts for batch in batches]
     points += [(name, hq, hkv, d, ctx, batch) for name, hq, hkv, d, pts in EXTRA_SHAPES for ctx, batch in pts
                if not args.quick or (ctx, batch) == (32768, 8)]
+    if args.only:
+        every_shape = {name: (hq, hkv, d) for name, hq, hkv, d in SHAPES}
+        every_shape.update({name: (hq, hkv, d) for name, hq, hkv, d, _ in EXTRA_SHAPES})
+        points = []
+        for name, ctx, batch in args.only:
+            if name not in every_shape:
+                parser.error(f"--only: unknown shape {name!r} (known: {', '.join(sorted(every_shape))})")
+            points.append((name, *every_shape[name], int(ctx), int(batch)))
+    tokens = args.query_tokens
     for name, hq, hkv, d, ctx, batch in points:
         kv_bytes = batch * ctx * hkv * d * 2 * 2
         if kv_bytes * 2 > MEMORY_BUDGET_BYTES:
             continue
-        q = torch.randn(batch, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(batch, hq, tokens, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.bfloat16)
         fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -68,8 +85,9 @@ def main():
         torch.cuda.synchronize()
         us = time_us(fn, flush)
         gbps = kv_bytes / us * 1e-3
-        print(f"torch sdpa {name:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
-        rows.append(["torch_sdpa", name, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
+        label = name if tokens == 1 else f"{name}-t{tokens}"
+        print(f"torch sdpa {label:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
+        rows.append(["torch_sdpa", label, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
         del q, k, v
         torch.cuda.empty_cache()
     with open(args.csv, "w", newline="") as f:

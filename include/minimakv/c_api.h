@@ -84,22 +84,26 @@ MINIMAKV_C_EXPORT int minimakv_cuda_read_error_flag(const int32_t* d_error_flag,
 
 /* Converts FP8 pages to TQ3 pages on `stream` (asynchronous); both pools share kv_heads, head_dim, page_tokens.
  *   d_pairs  device int32 [num_pairs][3]: (fp8 source page, tq3 destination page, valid tokens of the source).
- *            Page ids are NOT range-checked on the device: they must lie inside the pools (the Python wrapper
- *            checks pairs given on the host).
+ *            Checked on the device against fp8_num_pages / tq3_num_pages (the pools' sizes in pages) and
+ *            [1, page_tokens]: a bad pair is not converted and the error flag names the first one.
  *   rotation_seed  the TQ3 pool's Hadamard seed (minimakv_default_rotation_seed), the same at decode time. */
 MINIMAKV_C_EXPORT int minimakv_cuda_convert_fp8_to_tq3(int32_t kv_heads, int32_t head_dim, int32_t page_tokens,
                                                        const void* d_fp8_pages, void* d_tq3_pages,
+                                                       int64_t fp8_num_pages, int64_t tq3_num_pages,
                                                        const int32_t* d_pairs, int32_t num_pairs,
                                                        uint64_t rotation_seed, int32_t* d_error_flag, void* stream);
 
 /* A decode plan (opaque). One thread at a time may use it. */
 typedef struct minimakv_cuda_plan minimakv_cuda_plan;
 
-/* Plans one decode step (one query token per sequence) on the host for the CURRENT CUDA device.
+/* Plans one decode step (query_tokens >= 1 query tokens per sequence, every one attending to all cached tokens of
+ * its sequence: 1 for plain decode, more for speculative decoding's verification) on the host for the CURRENT CUDA
+ * device.
  * View v (at most 3, one per format) has format view_formats[v], page_tokens view_page_tokens[v] (a multiple of
  * 16) and the host arrays host_page_indptr[v] [num_seqs + 1] and host_last_page_tokens[v] [num_seqs] (the CSR
  * lengths of paged_kv_view.h). The arrays are read during this call only. */
-MINIMAKV_C_EXPORT int minimakv_cuda_plan_create(int32_t num_seqs, int32_t num_q_heads, int32_t kv_heads,
+MINIMAKV_C_EXPORT int minimakv_cuda_plan_create(int32_t num_seqs, int32_t query_tokens, int32_t num_q_heads,
+                                                int32_t kv_heads,
                                                 int32_t head_dim, float sm_scale, uint64_t rotation_seed,
                                                 int32_t num_views, const int32_t* view_formats,
                                                 const int32_t* view_page_tokens,
@@ -120,9 +124,10 @@ MINIMAKV_C_EXPORT int minimakv_cuda_plan_upload(const minimakv_cuda_plan* plan, 
 /* Runs the decode step on `stream` (asynchronous). Per view v (same order, formats and lengths as at plan time):
  * d_view_pages[v] (pool base), d_view_page_indptr[v], d_view_page_ids[v], d_view_last_page_tokens[v], all device
  * memory; page ids are NOT range-checked on the device.
- *   d_q         device float32 [num_seqs][num_q_heads][head_dim]
- *   d_out       device float32 [num_seqs][num_q_heads][head_dim]
- *   d_lse_log2  device float32 [num_seqs][num_q_heads], base-2 LSE of the scaled scores (-inf: no cached token) */
+ *   d_q         device float32 [num_seqs * query_tokens][num_q_heads][head_dim] (sequence s: rows s * query_tokens ..)
+ *   d_out       device float32 [num_seqs * query_tokens][num_q_heads][head_dim]
+ *   d_lse_log2  device float32 [num_seqs * query_tokens][num_q_heads], base-2 LSE of the scaled scores (-inf: no
+ *               cached token) */
 MINIMAKV_C_EXPORT int minimakv_cuda_decode_run(const minimakv_cuda_plan* plan, int32_t num_views,
                                                const void* const* d_view_pages,
                                                const int32_t* const* d_view_page_indptr,
@@ -136,8 +141,10 @@ MINIMAKV_C_EXPORT int minimakv_cuda_plan_destroy(minimakv_cuda_plan* plan);
 /* fp64 reference attention (reference_attention.h: decodes every page with the codecs, TQ3 back to the original
  * domain) over HOST copies of the views, rounded to float32 on output. For checks, not speed.
  * Same view arrays as the plan plus host_pages[v] (pool of view_num_pages[v] pages) and host_page_ids[v]; page
- * ids are range-checked. host_q, host_out [num_seqs][num_q_heads][head_dim], host_lse_log2 [num_seqs][num_q_heads]. */
-MINIMAKV_C_EXPORT int minimakv_reference_decode_host(int32_t num_seqs, int32_t num_q_heads, int32_t kv_heads,
+ * ids are range-checked. host_q, host_out [num_seqs * query_tokens][num_q_heads][head_dim], host_lse_log2
+ * [num_seqs * query_tokens][num_q_heads]. */
+MINIMAKV_C_EXPORT int minimakv_reference_decode_host(int32_t num_seqs, int32_t query_tokens, int32_t num_q_heads,
+                                                     int32_t kv_heads,
                                                      int32_t head_dim, float sm_scale, uint64_t rotation_seed,
                                                      int32_t num_views, const int32_t* view_formats,
                                                      const int32_t* view_page_tokens, const int64_t* view_num_pages,

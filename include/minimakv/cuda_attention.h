@@ -7,9 +7,15 @@
 // the work lists into the workspace; CudaDecodeRun only launches kernels, so it can be captured in a CUDA graph
 // and replayed as long as the lengths (hence the plan) do not change.
 //
-// Scope: decode, one query token per sequence (q_indptr is not read: sequence s owns query row s).
+// Scope: decode: query_tokens (default 1) query tokens per sequence, every one attending to all cached tokens of its
+// sequence (speculative decoding's verification step: the draft tokens' in-chunk causal part is the caller's, merged
+// through partial_state.h as in cpu_attention.h). Sequence s owns query tokens [s * query_tokens, (s + 1) *
+// query_tokens); AttentionQueries' q_indptr of the CPU path is this uniform split.
+// Session 16: several query tokens of a sequence run as a larger GQA group of "query rows" (group * query_tokens
+// rows per KV head, token-major inside the KV head), so the K / V pages are read once for all of them; the rows are
+// mapped back to the caller's [token][head] layout when the query is loaded and the output stored.
 // REQUIRES: head_dim 64, 128 or 256 (64 since v16: one K block of 4 k-steps, not tuned); num_q_heads a multiple of
-// kv_heads with a GQA group (num_q_heads / kv_heads) of at most 64; page_tokens a multiple of 16 (the key tile); every
+// kv_heads; query rows per KV head (num_q_heads / kv_heads * query_tokens) at most 64; page_tokens a multiple of 16 (the key tile); every
 // view of one plan shares kv_heads and head_dim.
 // Large groups (v16, v17): an MMA head tile holds 8 query heads. BF16 (every head_dim) and FP8 / TQ3 at head_dim
 // 64 / 128 run up to two tiles (16 heads) in one CTA that reads the K / V pages once (and expands them once) for both
@@ -59,6 +65,7 @@ struct CudaDecodeShape {
   float sm_scale = 0.0f;               // softmax scale, usually 1/sqrt(head_dim)
   uint64_t rotation_seed = 0;          // HadamardRotation seed of the TQ3 pages (ignored without a TQ3 view)
   CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;
+  int query_tokens = 1;                // query tokens per sequence (>= 1; see Scope above)
 };
 
 // Host copies of one view's lengths (the same arrays as the device PagedKvView), for planning only.
@@ -94,6 +101,8 @@ class CudaDecodePlan {
   Status Upload(void* d_workspace, cudaStream_t stream) const;
 
   const CudaDecodeShape& shape() const { return shape_; }
+  // Query rows per sequence (num_q_heads * query_tokens): the partial states' and the merge's row count.
+  int rows_per_seq() const { return shape_.num_q_heads * shape_.query_tokens; }
   int num_views() const { return num_views_; }
   KvFormat view_format(int v) const { return formats_[v]; }
   int view_items(int v) const { return item_count_[v]; }
@@ -125,6 +134,9 @@ class CudaDecodePlan {
   size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
   size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
+  size_t q_rows_offset_bytes_ = 0;                  // query_tokens > 1: float [num_seqs * rows_per_seq][head_dim]
+  size_t out_rows_offset_bytes_ = 0;                //   queries and merged outputs in virtual-head order
+  size_t lse_rows_offset_bytes_ = 0;                //   float [num_seqs * rows_per_seq]
   size_t meta_bytes_ = 0;                           // the uploaded prefix
   int total_items_ = 0;
   int head_ctas_[kCudaMaxViews] = {};
@@ -135,10 +147,11 @@ class CudaDecodePlan {
   std::vector<uint8_t> host_meta_;                  // what Upload copies
 };
 
-// Decode attention of one query token per sequence over all views; writes the merged state of every (sequence,
-// query head): out.out [num_seqs][num_q_heads][head_dim] (original domain), out.lse_log2 [num_seqs][num_q_heads]
-// (-inf and zero output for a sequence with no cached token). views[v] must match the plan's view v (format,
-// lengths); their pointers are device memory. d_q: [num_seqs][num_q_heads][head_dim] fp32, device.
+// Decode attention of query_tokens query tokens per sequence over all views; writes the merged state of every
+// (query token, query head): out.out [num_seqs * query_tokens][num_q_heads][head_dim] (original domain),
+// out.lse_log2 [num_seqs * query_tokens][num_q_heads] (-inf and zero output for a sequence with no cached token).
+// views[v] must match the plan's view v (format, lengths); their pointers are device memory.
+// d_q: [num_seqs * query_tokens][num_q_heads][head_dim] fp32, device.
 Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
                      void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 

@@ -60,9 +60,15 @@ struct CudaConvertArgs {
   uint8_t* d_tq3_pages = nullptr;
   const CudaConvertPair* d_pairs = nullptr;  // [num_pairs]
   int num_pairs = 0;
+  // The pools' sizes in pages (session 16; required when num_pairs > 0). The pairs are device memory, so the kernel
+  // checks them: a pair whose src_page or dst_page lies outside its pool, or whose tokens lie outside
+  // [1, page_tokens], is rejected (error flag = 1 + its index, the first such pair) and nothing of it is written.
+  int64_t fp8_num_pages = 0;
+  int64_t tq3_num_pages = 0;
   uint64_t rotation_seed = 0;           // HadamardRotation seed of the TQ3 pool
-  // [1] int32 zeroed by CudaConvertFp8ToTq3: 0, or 1 + index of a pair holding a vector whose TQ3 scale
-  // overflows fp16 (the CPU codec's InvalidArgument); that vector is written as zero codes with scale 0.
+  // [1] int32 zeroed by CudaConvertFp8ToTq3: 0, or 1 + index of a rejected pair (out of range, above) or of a pair
+  // holding a vector whose TQ3 scale overflows fp16 (the CPU codec's InvalidArgument; that vector is written as zero
+  // codes with scale 0).
   // Read it with CudaReadAppendError (same convention).
   int32_t* d_error_flag = nullptr;
 };

@@ -196,7 +196,8 @@ int minimakv_cuda_read_error_flag(const int32_t* d_error_flag, void* stream) {
 }
 
 int minimakv_cuda_convert_fp8_to_tq3(int32_t kv_heads, int32_t head_dim, int32_t page_tokens, const void* d_fp8_pages,
-                                     void* d_tq3_pages, const int32_t* d_pairs, int32_t num_pairs,
+                                     void* d_tq3_pages, int64_t fp8_num_pages, int64_t tq3_num_pages,
+                                     const int32_t* d_pairs, int32_t num_pairs,
                                      uint64_t rotation_seed, int32_t* d_error_flag, void* stream) {
   return Guarded([&] {
     if (num_pairs < 0) return Status::InvalidArgument("num_pairs " + std::to_string(num_pairs) + " < 0");
@@ -210,13 +211,16 @@ int minimakv_cuda_convert_fp8_to_tq3(int32_t kv_heads, int32_t head_dim, int32_t
     args.d_tq3_pages = static_cast<uint8_t*>(d_tq3_pages);
     args.d_pairs = reinterpret_cast<const minimakv::CudaConvertPair*>(d_pairs);
     args.num_pairs = num_pairs;
+    args.fp8_num_pages = fp8_num_pages;
+    args.tq3_num_pages = tq3_num_pages;
     args.rotation_seed = rotation_seed;
     args.d_error_flag = d_error_flag;
     return minimakv::CudaConvertFp8ToTq3(args, static_cast<cudaStream_t>(stream));
   });
 }
 
-int minimakv_cuda_plan_create(int32_t num_seqs, int32_t num_q_heads, int32_t kv_heads, int32_t head_dim,
+int minimakv_cuda_plan_create(int32_t num_seqs, int32_t query_tokens, int32_t num_q_heads, int32_t kv_heads,
+                              int32_t head_dim,
                               float sm_scale, uint64_t rotation_seed, int32_t num_views, const int32_t* view_formats,
                               const int32_t* view_page_tokens, const int32_t* const* host_page_indptr,
                               const int32_t* const* host_last_page_tokens, minimakv_cuda_plan** out_plan) {
@@ -242,6 +246,7 @@ int minimakv_cuda_plan_create(int32_t num_seqs, int32_t num_q_heads, int32_t kv_
     shape.head_dim = head_dim;
     shape.sm_scale = sm_scale;
     shape.rotation_seed = rotation_seed;
+    shape.query_tokens = query_tokens;  // validated by Create (>= 1, rows per KV head <= 64)
     auto handle = std::make_unique<minimakv_cuda_plan>();
     MINIMAKV_RETURN_IF_ERROR(minimakv::CudaDecodePlan::Create(shape, lengths, num_views, sm_count, &handle->plan));
     for (int v = 0; v < num_views; ++v) handle->view_page_tokens[v] = view_page_tokens[v];
@@ -314,7 +319,8 @@ int minimakv_cuda_plan_destroy(minimakv_cuda_plan* plan) {
   });
 }
 
-int minimakv_reference_decode_host(int32_t num_seqs, int32_t num_q_heads, int32_t kv_heads, int32_t head_dim,
+int minimakv_reference_decode_host(int32_t num_seqs, int32_t query_tokens, int32_t num_q_heads, int32_t kv_heads,
+                                   int32_t head_dim,
                                    float sm_scale, uint64_t rotation_seed, int32_t num_views,
                                    const int32_t* view_formats, const int32_t* view_page_tokens,
                                    const int64_t* view_num_pages, const void* const* host_pages,
@@ -326,6 +332,9 @@ int minimakv_reference_decode_host(int32_t num_seqs, int32_t num_q_heads, int32_
     MINIMAKV_RETURN_IF_ERROR(CheckViews(num_seqs, kv_heads, head_dim, num_views, view_formats, view_page_tokens,
                                         host_page_indptr, host_last_page_tokens, layouts));
     if (num_views == 0) return Status::InvalidArgument("the reference needs at least one view");
+    if (query_tokens < 1 || query_tokens > (1 << 20)) {
+      return Status::InvalidArgument("query_tokens " + std::to_string(query_tokens) + " outside [1, 2^20]");
+    }
     if (view_num_pages == nullptr || host_pages == nullptr || host_page_ids == nullptr) {
       return Status::InvalidArgument("null view array (num_pages, pages or page_ids)");
     }
@@ -367,7 +376,7 @@ int minimakv_reference_decode_host(int32_t num_seqs, int32_t num_q_heads, int32_
     minimakv::HadamardRotation rotation;
     MINIMAKV_RETURN_IF_ERROR(minimakv::HadamardRotation::Create(head_dim, rotation_seed, &rotation));
     std::vector<int32_t> q_indptr(size_t(num_seqs) + 1);
-    for (int s = 0; s <= num_seqs; ++s) q_indptr[size_t(s)] = s;  // one decode query per sequence
+    for (int s = 0; s <= num_seqs; ++s) q_indptr[size_t(s)] = s * query_tokens;  // uniform, as the CUDA plan
     const minimakv::AttentionQueries queries{host_q, q_indptr.data(), num_seqs, num_q_heads, sm_scale};
     std::vector<double> out, lse_log2;
     const std::span<const minimakv::PagedKvView> view_span(views, size_t(num_views));

@@ -97,6 +97,7 @@ int main() {
   CudaConvertArgs convert;
   convert.fp8_layout = fp8, convert.tq3_layout = tq3, convert.d_fp8_pages = d_fp8, convert.d_tq3_pages = d_tq3;
   convert.d_pairs = d_pairs, convert.num_pairs = int(pairs.size()), convert.rotation_seed = kSeed;
+  convert.fp8_num_pages = kFp8Pages, convert.tq3_num_pages = kTq3Pages;
   convert.d_error_flag = d_flag;
   Check(CudaConvertFp8ToTq3(convert, stream), "convert");
   Check(CudaReadAppendError(d_flag, stream), "convert pages");

@@ -208,6 +208,34 @@ def check_decode(torch, mk, checker, label, cache, views, q, dense):
     plan.close()
 
 
+def check_query_tokens(torch, mk, checker, label, cache, views, generator, tokens=3):
+    """Several query tokens per sequence (speculative decoding's verification): one plan over [seq][token][head]
+    queries against the library's fp64 reference, and each token against a one-token plan's run."""
+    q = torch.randn(len(cache.seq_tokens), tokens, cache.num_q_heads, cache.head_dim, generator=generator,
+                    device="cuda")
+    plan = mk.DecodePlan(views, cache.num_q_heads, query_tokens=tokens)
+    out, lse = plan.run(q)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = mk.reference_decode(q, views)
+    total, head_rel, _ = compare(torch, out.cpu(), ref_out)
+    lse_diff = float((lse.cpu() - ref_lse).abs().max())
+    checker.check(total <= REF_TOTAL_REL_L2 and float(head_rel.max()) <= REF_HEAD_REL_L2 and lse_diff <= REF_LSE_ABS,
+                  f"{label}, {tokens} query tokens per sequence vs library fp64 reference: rel L2 {total:.2e}, worst "
+                  f"head {float(head_rel.max()):.2e}, |lse_log2 diff| {lse_diff:.2e}")
+    single = mk.DecodePlan(views, cache.num_q_heads)
+    worst = 0.0
+    for t in range(tokens):
+        one, _ = single.run(q[:, t].contiguous())
+        worst = max(worst, float((out[:, t] - one).double().norm() / one.double().norm().clamp_min(1e-300)))
+    # Not bit-identical: the plan splits the larger row groups differently (other items, other merge order).
+    checker.check(worst <= REF_TOTAL_REL_L2, f"{label}: each of the {tokens} tokens as a one-token step: worst rel L2 "
+                  f"{worst:.2e} (<= {REF_TOTAL_REL_L2:g})")
+    checker.expect_error(f"{label}: a one-token query given to a {tokens}-token plan", ValueError,
+                         lambda: plan.run(q[:, 0].contiguous()))
+    plan.close()
+    single.close()
+
+
 def accuracy(torch, mk, checker, name, shape, seq_tokens, page_tokens, generator):
     print(f"\n== {name}: {shape[0]} q / {shape[1]} kv heads, d {shape[2]}, tokens {seq_tokens}, "
           f"{page_tokens}-token pages", flush=True)
@@ -219,6 +247,7 @@ def accuracy(torch, mk, checker, name, shape, seq_tokens, page_tokens, generator
     print(f"  {num_stale} of {sum(len(p) for p in cache.seq_pages)} pages converted to TQ3 "
           f"(anchors {ANCHOR_TOKENS} + recent {RECENT_TOKENS} tokens stay FP8)")
     check_decode(torch, mk, checker, f"{name} Minima mix", cache, views, q, dense)
+    check_query_tokens(torch, mk, checker, f"{name} Minima mix", cache, views, generator)
     return cache, views, q
 
 
@@ -247,6 +276,17 @@ def bad_inputs(torch, mk, checker, cache, views, q):
                          lambda: mk.PagePool(mk.FORMAT_FP8, 4, 8, 128, 0))
     checker.expect_error("convert: destination page outside the pool", ValueError,
                          lambda: mk.convert_to_tq3(fp8, cache.tq3, [(0, cache.tq3.num_pages, 64)]))
+    # Pairs already on the device: checked by the kernel, which converts nothing of a bad pair (session 16).
+    scratch = mk.PagePool(mk.FORMAT_TQ3, 2, cache.kv_heads, cache.head_dim, cache.pt)
+    before = scratch.data.clone()
+    device_pairs = torch.tensor([[fp8.num_pages, 0, cache.pt]], dtype=torch.int32, device="cuda")
+    checker.expect_error("convert: CUDA pairs with a source page outside the pool (device check)", mk.MinimakvError,
+                         lambda: mk.convert_to_tq3(fp8, scratch, device_pairs))
+    checker.check(torch.equal(scratch.data, before), "convert: the rejected pair wrote nothing")
+    checker.expect_error("plan: query_tokens 0", ValueError, lambda: mk.DecodePlan(views, cache.num_q_heads,
+                                                                                   query_tokens=0))
+    checker.expect_error("plan: 4 x 17 query rows per KV head (library check: 64 at most)", ValueError,
+                         lambda: mk.DecodePlan(views, cache.kv_heads * 4, query_tokens=17))
     checker.expect_error("view: page id outside the pool", ValueError,
                          lambda: mk.PagedView(fp8, [[fp8.num_pages]], [1]))
     checker.expect_error("view: tokens that do not fill the pages", ValueError,

@@ -444,17 +444,56 @@ __device__ inline void LoadBf16V(const uint8_t* vec, int g, uint32_t (&pairs)[kH
 // ---------------------------------------------------------------------------------------------------------
 // Partial kernel
 
+// Session 16: query_tokens T > 1. The partial kernels and the merge see a sequence's T x num_q_heads query rows as
+// num_q_heads * T "virtual heads" whose KV head groups are T times larger, KV head major: virtual head
+// kv * (group * T) + t * group + j is token t's query head kv * group + j. The caller's arrays are token major
+// ([num_seqs * T][num_q_heads]), so with T > 1 CopyQueryRowsKernel puts the queries into virtual order in the
+// workspace before the partial kernels and puts the merge's virtual-order output back after it. The kernels of
+// T = 1 stay as they were: the mapping inside them (tried first) made T = 1 steps 0.3-2.6% slower, same-run A/B on
+// the H200 (register allocation of the FP8 kernels moved; docs/cuda-notes.md, session 16).
+struct QueryRowMap {
+  int query_tokens;  // T
+  int num_q_heads;   // the caller's query heads per token
+  int group;         // the caller's query heads per KV head
+  int rows_per_seq;  // num_q_heads * T
+};
+__device__ inline size_t CallerRow(const QueryRowMap& m, int seq, int virtual_head) {
+  const int rows_per_kv = m.group * m.query_tokens;
+  const int kv = virtual_head / rows_per_kv;
+  const int within = virtual_head - kv * rows_per_kv;
+  const int token = within / m.group;
+  return (size_t(seq) * m.query_tokens + token) * m.num_q_heads + kv * m.group + (within - token * m.group);
+}
+constexpr int kCopyRowThreads = 64;
+inline QueryRowMap RowMap(const CudaDecodeShape& shape) {
+  return {shape.query_tokens, shape.num_q_heads, shape.num_q_heads / shape.kv_heads,
+          shape.num_q_heads * shape.query_tokens};
+}
+// One CTA per virtual row: its head_dim floats (and with lse, its LSE) from caller order to virtual order
+// (to_virtual: the queries) or back (the outputs). Scalar copies: the caller's rows need only 4-byte alignment.
+__global__ void CopyQueryRowsKernel(const float* src, float* dst, const float* src_lse, float* dst_lse, QueryRowMap m,
+                                    int head_dim, bool to_virtual) {
+  const int virtual_row = blockIdx.x;
+  const int seq = virtual_row / m.rows_per_seq;
+  const size_t caller = CallerRow(m, seq, virtual_row - seq * m.rows_per_seq);
+  const size_t from = to_virtual ? caller : size_t(virtual_row);
+  const size_t to = to_virtual ? size_t(virtual_row) : caller;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[to * head_dim + i] = src[from * head_dim + i];
+  if (src_lse != nullptr && threadIdx.x == 0) dst_lse[to] = src_lse[from];
+}
+
 struct DecodeParams {
   const uint8_t* pages;
   const int32_t* page_ids;
   const CudaWorkItem* items;
-  const float* q;          // [num_seqs][num_q_heads][head_dim], unrotated (TQ3 rotates its rows in the kernel)
+  const float* q;          // [num_seqs][num_q_heads][head_dim], unrotated (TQ3 rotates its rows in the kernel); with
+                           // query_tokens > 1 the workspace copy in virtual-head order (QueryRowMap)
   float* part_out;         // [total_items][num_q_heads][head_dim]
   float* part_lse;         // [total_items][num_q_heads]
   PageLayout layout;
   int item_offset;         // global index of this view's first item
-  int num_q_heads;
-  int group;               // query heads per KV head (any; v16: split into head tiles of <= kMaxGroup rows)
+  int num_q_heads;         // virtual heads per sequence (the caller's num_q_heads * query_tokens)
+  int group;               // virtual heads per KV head (any; v16: split into head tiles of <= kMaxGroup rows)
   int head_tiles;          // CTAs per KV head: grid y = kv_head * head_tiles + tile (v17: a CTA may hold 2 MMA tiles)
   int tile_heads;          // query heads of a full CTA (the last one of a KV head may hold fewer; > 8: two MMA tiles)
   float q_scale;           // sm_scale * log2(e): scores come out in base 2
@@ -2359,7 +2398,7 @@ struct MergeParams {
   int tq3_view;  // -1 if none
   int num_views;
   int num_seqs;
-  int num_q_heads;
+  int num_q_heads;     // virtual heads per sequence (QueryRowMap)
   float* out;
   float* lse_log2;
   CudaSignBits signs;
@@ -2881,13 +2920,25 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     return Status::InvalidArgument("num_q_heads " + std::to_string(shape.num_q_heads) +
                                    " is not a positive multiple of kv_heads " + std::to_string(shape.kv_heads));
   }
-  const int group = shape.num_q_heads / shape.kv_heads;
-  if (group > kMaxQueryGroup) {
-    return Status::Unsupported("GQA group " + std::to_string(group) + " (num_q_heads " +
+  const int head_group = shape.num_q_heads / shape.kv_heads;
+  if (head_group > kMaxQueryGroup) {
+    return Status::Unsupported("GQA group " + std::to_string(head_group) + " (num_q_heads " +
                                std::to_string(shape.num_q_heads) + " / kv_heads " + std::to_string(shape.kv_heads) +
                                ") exceeds the CUDA decode limit of " + std::to_string(kMaxQueryGroup) +
                                " query heads per KV head");
   }
+  if (shape.query_tokens < 1) {
+    return Status::InvalidArgument("query_tokens " + std::to_string(shape.query_tokens) + " < 1");
+  }
+  if (int64_t(head_group) * shape.query_tokens > kMaxQueryGroup) {
+    return Status::Unsupported("query_tokens " + std::to_string(shape.query_tokens) + " x GQA group " +
+                               std::to_string(head_group) + " = " +
+                               std::to_string(int64_t(head_group) * shape.query_tokens) +
+                               " query rows per KV head exceed the CUDA decode limit of " +
+                               std::to_string(kMaxQueryGroup));
+  }
+  // The plan, the kernels and the merge work on query rows: a KV head's group of query heads times the tokens.
+  const int group = head_group * shape.query_tokens;
   if (!(shape.sm_scale > 0.0f) || !std::isfinite(shape.sm_scale)) {
     return Status::InvalidArgument("sm_scale " + std::to_string(shape.sm_scale) + " must be positive and finite");
   }
@@ -3012,9 +3063,18 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
                 indptr[v].size() * sizeof(int32_t));
   }
   plan.part_out_offset_bytes_ = offset;
-  offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * shape.head_dim * sizeof(float));
+  offset = AlignUp(offset + size_t(plan.total_items_) * plan.rows_per_seq() * shape.head_dim * sizeof(float));
   plan.part_lse_offset_bytes_ = offset;
-  offset = AlignUp(offset + size_t(plan.total_items_) * shape.num_q_heads * sizeof(float));
+  offset = AlignUp(offset + size_t(plan.total_items_) * plan.rows_per_seq() * sizeof(float));
+  if (shape.query_tokens > 1) {  // the queries and the merged states in virtual-head order (QueryRowMap)
+    const size_t rows = size_t(shape.num_seqs) * plan.rows_per_seq();
+    plan.q_rows_offset_bytes_ = offset;
+    offset = AlignUp(offset + rows * shape.head_dim * sizeof(float));
+    plan.out_rows_offset_bytes_ = offset;
+    offset = AlignUp(offset + rows * shape.head_dim * sizeof(float));
+    plan.lse_rows_offset_bytes_ = offset;
+    offset = AlignUp(offset + rows * sizeof(float));
+  }
   plan.workspace_bytes_ = offset;
   *out = std::move(plan);
   return Status::Ok();
@@ -3045,8 +3105,18 @@ Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* v
   if (d_q == nullptr || d_workspace == nullptr) {
     return Status::InvalidArgument("CudaDecodePartials: null query or workspace pointer");
   }
-  const int group = shape.num_q_heads / shape.kv_heads;
+  const int group = plan.rows_per_seq() / shape.kv_heads;  // query rows per KV head
   uint8_t* ws = static_cast<uint8_t*>(d_workspace);
+  const float* kernel_q = d_q;
+  if (shape.query_tokens > 1) {  // the queries into virtual-head order (an ordinary launch: the partial kernels,
+    float* q_rows = reinterpret_cast<float*>(ws + plan.q_rows_offset_bytes_);  // in stream order, read it)
+    MINIMAKV_RETURN_IF_ERROR(CudaError(
+        LaunchKernel(CopyQueryRowsKernel, dim3(unsigned(shape.num_seqs * plan.rows_per_seq())), dim3(kCopyRowThreads),
+                     0, stream, false, d_q, q_rows, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
+                     RowMap(shape), shape.head_dim, true),
+        "query row copy launch"));
+    kernel_q = q_rows;
+  }
   float* part_out = reinterpret_cast<float*>(ws + plan.part_out_offset_bytes_);
   float* part_lse = reinterpret_cast<float*>(ws + plan.part_lse_offset_bytes_);
   const CudaSignBits signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
@@ -3084,14 +3154,14 @@ Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* v
     params.pages = view.pages;
     params.page_ids = view.page_ids;
     params.items = reinterpret_cast<const CudaWorkItem*>(ws + plan.items_offset_bytes_[v]);
-    params.q = d_q;
+    params.q = kernel_q;
     params.signs = signs;
     params.inv_sqrt_dim = inv_sqrt_dim;
     params.part_out = part_out;
     params.part_lse = part_lse;
     params.layout = layout;
     params.item_offset = plan.item_offset_[v];
-    params.num_q_heads = shape.num_q_heads;
+    params.num_q_heads = plan.rows_per_seq();
     params.group = group;
     params.head_tiles = plan.head_ctas_[v];
     params.tile_heads = plan.cta_heads_[v];
@@ -3174,9 +3244,13 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
   merge.tq3_view = -1;
   merge.num_views = plan.num_views_;
   merge.num_seqs = shape.num_seqs;
-  merge.num_q_heads = shape.num_q_heads;
+  merge.num_q_heads = plan.rows_per_seq();
   merge.out = out.out;
   merge.lse_log2 = out.lse_log2;
+  if (shape.query_tokens > 1) {  // virtual-head order into the workspace; CopyQueryRowsKernel puts it back below
+    merge.out = reinterpret_cast<float*>(ws + plan.out_rows_offset_bytes_);
+    merge.lse_log2 = reinterpret_cast<float*>(ws + plan.lse_rows_offset_bytes_);
+  }
   merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
   merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
   for (int v = 0; v < plan.num_views_; ++v) {
@@ -3184,7 +3258,7 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
     merge.item_offset[v] = plan.item_offset_[v];
     if (plan.formats_[v] == KvFormat::kTq3) merge.tq3_view = v;
   }
-  const int rows = shape.num_seqs * shape.num_q_heads;
+  const int rows = shape.num_seqs * plan.rows_per_seq();
   // Few items per row (batch 32: 3-5): v9's kernel, one warp per row, loads each view's first 8 items in one round
   // and launches a quarter of the warps (measured v10: 8.8 vs 10.5 us at Qwen 32K b32).
   const int items_per_seq = (plan.total_items_ + shape.num_seqs - 1) / shape.num_seqs;
@@ -3205,15 +3279,23 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
       error = few ? LaunchKernel(MergeRowKernel<64, kFew>, grid, block, 0, stream, programmatic, merge)
                   : LaunchKernel(MergeRowKernel<64, kMany>, grid, block, 0, stream, programmatic, merge);
     }
-    return CudaError(error, "merge kernel launch");
+    MINIMAKV_RETURN_IF_ERROR(CudaError(error, "merge kernel launch"));
+  } else {
+    const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
+    const dim3 grid(row_blocks);
+    const dim3 block(kMergeWarps * kWarpSize);
+    MINIMAKV_RETURN_IF_ERROR(CudaError(
+        shape.head_dim == 256   ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
+        : shape.head_dim == 128 ? LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge)
+                                : LaunchKernel(MergeKernel<64>, grid, block, 0, stream, programmatic, merge),
+        "merge kernel launch"));
   }
-  const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
-  const dim3 grid(row_blocks);
-  const dim3 block(kMergeWarps * kWarpSize);
-  return CudaError(shape.head_dim == 256   ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
-                   : shape.head_dim == 128 ? LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge)
-                                           : LaunchKernel(MergeKernel<64>, grid, block, 0, stream, programmatic, merge),
-                   "merge kernel launch");
+  if (shape.query_tokens == 1) return Status::Ok();
+  return CudaError(LaunchKernel(CopyQueryRowsKernel, dim3(unsigned(rows)), dim3(kCopyRowThreads), 0, stream, false,
+                                static_cast<const float*>(merge.out), out.out,
+                                static_cast<const float*>(merge.lse_log2), out.lse_log2, RowMap(shape),
+                                shape.head_dim, false),
+                   "output row copy launch");
 }
 
 }  // namespace minimakv

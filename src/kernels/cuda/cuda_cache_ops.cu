@@ -139,6 +139,8 @@ struct ConvertParams {
   int32_t* error_flag;
   PageLayout fp8_layout;
   PageLayout tq3_layout;
+  int64_t fp8_num_pages;
+  int64_t tq3_num_pages;
   CudaSignBits signs;
   float inv_sqrt_dim;  // HadamardRotation::inv_sqrt_dim()
   float sqrt_dim;      // float(sqrt(double(d))), the numerator Tq3EncodeVector uses
@@ -161,6 +163,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ConvertKernel(ConvertParams 
   const int head = int(rest % kv_heads);
   const int pair_index = int(rest / kv_heads);
   const CudaConvertPair pair = p.pairs[pair_index];
+  // The pairs are caller data in device memory: a page outside its pool or a token count outside [1, page_tokens]
+  // rejects the pair (every warp of it returns here, so none of its vectors is written anywhere).
+  if (pair.src_page < 0 || pair.src_page >= p.fp8_num_pages || pair.dst_page < 0 ||
+      pair.dst_page >= p.tq3_num_pages || pair.tokens < 1 || pair.tokens > page_tokens) {
+    if (lane == 0) atomicCAS(p.error_flag, 0, pair_index + 1);
+    return;
+  }
 
   uint8_t* dst_page = p.tq3_pages + size_t(pair.dst_page) * p.tq3_layout.page_bytes();
   uint32_t* dst_words = reinterpret_cast<uint32_t*>(
@@ -300,9 +309,9 @@ Status CudaReadAppendError(const int32_t* d_error_flag, cudaStream_t stream) {
       CudaError(cudaMemcpyAsync(&flag, d_error_flag, sizeof flag, cudaMemcpyDeviceToHost, stream), "copy flag"));
   MINIMAKV_RETURN_IF_ERROR(CudaError(cudaStreamSynchronize(stream), "synchronize"));
   if (flag == 0) return Status::Ok();
-  return Status::InvalidArgument("row " + std::to_string(flag - 1) +
-                                 " was rejected (non-finite input, slot out of range or fp16 scale overflow); "
-                                 "its vectors were not written");
+  return Status::InvalidArgument("row / pair " + std::to_string(flag - 1) +
+                                 " was rejected (non-finite input, slot or page out of range, token count outside "
+                                 "[1, page_tokens], or fp16 scale overflow); its vectors were not written");
 }
 
 Status CudaConvertFp8ToTq3(const CudaConvertArgs& args, cudaStream_t stream) {
@@ -316,8 +325,16 @@ Status CudaConvertFp8ToTq3(const CudaConvertArgs& args, cudaStream_t stream) {
     return Status::InvalidArgument("fp8 and tq3 layouts differ in kv_heads, head_dim or page_tokens");
   }
   if (args.d_error_flag == nullptr) return Status::InvalidArgument("d_error_flag is null");
+  if (args.num_pairs < 0) return Status::InvalidArgument("num_pairs " + std::to_string(args.num_pairs) + " < 0");
+  if (args.num_pairs > 0 && (args.fp8_num_pages <= 0 || args.tq3_num_pages <= 0)) {
+    return Status::InvalidArgument("fp8_num_pages " + std::to_string(args.fp8_num_pages) + " / tq3_num_pages " +
+                                   std::to_string(args.tq3_num_pages) + ": both pools' sizes must be positive");
+  }
+  if (args.num_pairs > 0 && (args.d_fp8_pages == nullptr || args.d_tq3_pages == nullptr || args.d_pairs == nullptr)) {
+    return Status::InvalidArgument("CudaConvertFp8ToTq3: null fp8 pages, tq3 pages or pairs pointer");
+  }
   MINIMAKV_RETURN_IF_ERROR(CudaError(cudaMemsetAsync(args.d_error_flag, 0, sizeof(int32_t), stream), "memset"));
-  if (args.num_pairs <= 0) return Status::Ok();
+  if (args.num_pairs == 0) return Status::Ok();
   const int d = args.fp8_layout.head_dim;
   ConvertParams params{};
   params.fp8_pages = args.d_fp8_pages;
@@ -326,6 +343,8 @@ Status CudaConvertFp8ToTq3(const CudaConvertArgs& args, cudaStream_t stream) {
   params.error_flag = args.d_error_flag;
   params.fp8_layout = args.fp8_layout;
   params.tq3_layout = args.tq3_layout;
+  params.fp8_num_pages = args.fp8_num_pages;
+  params.tq3_num_pages = args.tq3_num_pages;
   params.signs = MakeCudaSignBits(args.rotation_seed, d);
   params.inv_sqrt_dim = float(1.0 / std::sqrt(double(d)));  // as HadamardRotation::Create
   params.sqrt_dim = float(std::sqrt(double(d)));            // as Tq3EncodeVector

