@@ -23,7 +23,7 @@ import torch
 
 FORMAT_BF16, FORMAT_FP8, FORMAT_TQ3 = 0, 1, 2
 FORMAT_NAMES = {FORMAT_BF16: "bf16", FORMAT_FP8: "fp8", FORMAT_TQ3: "tq3"}
-API_VERSION = 1  # MINIMAKV_C_API_VERSION this module was written against
+API_VERSION = 2  # MINIMAKV_C_API_VERSION this module was written against
 _STATUS_NAMES = {1: "InvalidArgument", 2: "ResourceExhausted", 3: "NotFound", 4: "Corruption", 5: "Unsupported",
                  6: "Internal"}
 _INPUT_DTYPES = {torch.float32: 0, torch.bfloat16: 1}  # MINIMAKV_DTYPE_*

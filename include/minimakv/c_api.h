@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Bumped when a signature below changes; the Python wrapper refuses a library of another version. */
-#define MINIMAKV_C_API_VERSION 1
+#define MINIMAKV_C_API_VERSION 2  /* 2 (session 16): query_tokens in plan_create and reference_decode_host; pool sizes in convert */
 
 /* Status codes: the values of minimakv::StatusCode. */
 #define MINIMAKV_OK 0

@@ -12,8 +12,9 @@
 // through partial_state.h as in cpu_attention.h). Sequence s owns query tokens [s * query_tokens, (s + 1) *
 // query_tokens); AttentionQueries' q_indptr of the CPU path is this uniform split.
 // Session 16: several query tokens of a sequence run as a larger GQA group of "query rows" (group * query_tokens
-// rows per KV head, token-major inside the KV head), so the K / V pages are read once for all of them; the rows are
-// mapped back to the caller's [token][head] layout when the query is loaded and the output stored.
+// rows per KV head, token-major inside the KV head), so the K / V pages are read once for all of them (as long as
+// the rows fit one CTA); with query_tokens > 1 a copy kernel puts the queries into that order in the workspace
+// before the partial kernels and another puts the merged outputs back into the caller's [token][head] order.
 // REQUIRES: head_dim 64, 128 or 256 (64 since v16: one K block of 4 k-steps, not tuned); num_q_heads a multiple of
 // kv_heads; query rows per KV head (num_q_heads / kv_heads * query_tokens) at most 64; page_tokens a multiple of 16 (the key tile); every
 // view of one plan shares kv_heads and head_dim.
