@@ -2,13 +2,16 @@
 # GPU machine: configure + build the CUDA code, run the GPU correctness program plain and under
 # compute-sanitizer memcheck, run the decode benchmark (+ torch SDPA comparison), print a summary table last.
 # Usage: scripts/gpu_check_and_bench.sh [tests|bench|all]   (default all). Writes CSV and logs under $OUT if set.
-# BENCH_ARGS: extra benchmark flags (e.g. "--only qwen3.6-27b 65536 8 --only llama3-8b 65536 8"; the torch
-# script takes only --quick, so set SKIP_TORCH=1 with --only).
+# BENCH_ARGS: extra benchmark flags (e.g. "--only qwen3.6-27b 65536 8 --only llama3-8b 65536 8"; the torch script
+# takes --quick and, since session 16, --only too; SKIP_TORCH=1 skips it).
 # REAL_KV_CAPTURE: a capture file of a real model's K/V (`minimakv eval capture-kv`, docs/cli.md; made on the CPU
 # machine and carried, it is not in the tree): the tests then also run minimakv_real_kv_check on it, plain and under
 # memcheck (the CUDA decode of its layers against the CPU kernels on the same pages and against dense attention).
 # Where python3 has torch, the tests also run the PyTorch check (tests/python/torch_decode_check.py; SKIP_PYTHON=1
 # skips it).
+# QUERY_TOKENS (default "2 4"; empty skips): the bench then also runs the Llama-3-8B and Qwen3.6-27B 32K batch-8
+# points with that many query tokens per sequence (speculative decoding's verification), ours and torch SDPA's,
+# appended to the same CSVs (shape SHAPE-tT), so the summary shows them as rows of their own.
 set -uo pipefail
 MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,6 +90,16 @@ if [[ $MODE == bench || $MODE == all ]]; then
     PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$OUT_DIR/torch_sdpa.csv" ${BENCH_ARGS:-} \
       > "$OUT_DIR/torch.log" 2>&1 || { tail -20 "$OUT_DIR/torch.log"; status=1; }
   fi
+  QT_POINTS="--only llama3-8b 32768 8 --only qwen3.6-27b 32768 8"
+  for tokens in ${QUERY_TOKENS-2 4}; do
+    echo "== benchmark, $tokens query tokens per sequence ($(date -u +%H:%M:%S))"
+    "$BENCH" --csv "$BUILD/qt.csv" $QT_POINTS --query-tokens "$tokens" >> "$OUT_DIR/bench.log" 2>&1 \
+      && tail -n +2 "$BUILD/qt.csv" >> "$OUT_DIR/decode_bench.csv" || status=1
+    if [[ -z ${SKIP_TORCH:-} ]]; then
+      python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$BUILD/qt-torch.csv" $QT_POINTS --query-tokens "$tokens" \
+        >> "$OUT_DIR/torch.log" 2>&1 && tail -n +2 "$BUILD/qt-torch.csv" >> "$OUT_DIR/torch_sdpa.csv" || status=1
+    fi
+  done
 fi
 if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the partial kernel of format 2 (0 bf16, 1 fp8, 2 tq3)
   read -r p_shape p_ctx p_batch p_fmt <<< "$PROFILE"
