@@ -33,7 +33,8 @@ extern "C" {
 #endif
 
 /* Bumped when a signature below changes; the Python wrapper refuses a library of another version. */
-#define MINIMAKV_C_API_VERSION 2  /* 2 (session 16): query_tokens in plan_create and reference_decode_host; pool sizes in convert */
+/* 2 (session 16): query_tokens in plan_create and reference_decode_host; pool sizes in convert. */
+#define MINIMAKV_C_API_VERSION 2
 
 /* Status codes: the values of minimakv::StatusCode. */
 #define MINIMAKV_OK 0
@@ -85,7 +86,8 @@ MINIMAKV_C_EXPORT int minimakv_cuda_read_error_flag(const int32_t* d_error_flag,
 /* Converts FP8 pages to TQ3 pages on `stream` (asynchronous); both pools share kv_heads, head_dim, page_tokens.
  *   d_pairs  device int32 [num_pairs][3]: (fp8 source page, tq3 destination page, valid tokens of the source).
  *            Checked on the device against fp8_num_pages / tq3_num_pages (the pools' sizes in pages) and
- *            [1, page_tokens]: a bad pair is not converted and the error flag names the first one.
+ *            [1, page_tokens]: a bad pair is not converted and the error flag names a bad pair (with several,
+ *            whichever the device flagged first, not necessarily the lowest index).
  *   rotation_seed  the TQ3 pool's Hadamard seed (minimakv_default_rotation_seed), the same at decode time. */
 MINIMAKV_C_EXPORT int minimakv_cuda_convert_fp8_to_tq3(int32_t kv_heads, int32_t head_dim, int32_t page_tokens,
                                                        const void* d_fp8_pages, void* d_tq3_pages,
@@ -98,7 +100,7 @@ typedef struct minimakv_cuda_plan minimakv_cuda_plan;
 
 /* Plans one decode step (query_tokens >= 1 query tokens per sequence, every one attending to all cached tokens of
  * its sequence: 1 for plain decode, more for speculative decoding's verification) on the host for the CURRENT CUDA
- * device.
+ * device. query_tokens x (num_q_heads / kv_heads), the query rows per KV head, must be at most 64 (Unsupported).
  * View v (at most 3, one per format) has format view_formats[v], page_tokens view_page_tokens[v] (a multiple of
  * 16) and the host arrays host_page_indptr[v] [num_seqs + 1] and host_last_page_tokens[v] [num_seqs] (the CSR
  * lengths of paged_kv_view.h). The arrays are read during this call only. */
@@ -142,7 +144,7 @@ MINIMAKV_C_EXPORT int minimakv_cuda_plan_destroy(minimakv_cuda_plan* plan);
  * domain) over HOST copies of the views, rounded to float32 on output. For checks, not speed.
  * Same view arrays as the plan plus host_pages[v] (pool of view_num_pages[v] pages) and host_page_ids[v]; page
  * ids are range-checked. host_q, host_out [num_seqs * query_tokens][num_q_heads][head_dim], host_lse_log2
- * [num_seqs * query_tokens][num_q_heads]. */
+ * [num_seqs * query_tokens][num_q_heads]; query_tokens in [1, 2^20] and num_seqs * query_tokens < 2^31. */
 MINIMAKV_C_EXPORT int minimakv_reference_decode_host(int32_t num_seqs, int32_t query_tokens, int32_t num_q_heads,
                                                      int32_t kv_heads,
                                                      int32_t head_dim, float sm_scale, uint64_t rotation_seed,

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <span>
@@ -334,6 +335,11 @@ int minimakv_reference_decode_host(int32_t num_seqs, int32_t query_tokens, int32
     if (num_views == 0) return Status::InvalidArgument("the reference needs at least one view");
     if (query_tokens < 1 || query_tokens > (1 << 20)) {
       return Status::InvalidArgument("query_tokens " + std::to_string(query_tokens) + " outside [1, 2^20]");
+    }
+    // q_indptr is int32: num_seqs * query_tokens (the query rows' count) must fit it.
+    if (int64_t(num_seqs) * query_tokens > INT32_MAX) {
+      return Status::InvalidArgument("num_seqs " + std::to_string(num_seqs) + " x query_tokens " +
+                                     std::to_string(query_tokens) + " query tokens exceed 2^31 - 1");
     }
     if (view_num_pages == nullptr || host_pages == nullptr || host_page_ids == nullptr) {
       return Status::InvalidArgument("null view array (num_pages, pages or page_ids)");
