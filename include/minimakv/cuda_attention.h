@@ -16,8 +16,8 @@
 // the rows fit one CTA); with query_tokens > 1 a copy kernel puts the queries into that order in the workspace
 // before the partial kernels and another puts the merged outputs back into the caller's [token][head] order.
 // REQUIRES: head_dim 64, 128 or 256 (64 since v16: one K block of 4 k-steps, not tuned); num_q_heads a multiple of
-// kv_heads; query rows per KV head (num_q_heads / kv_heads * query_tokens) at most 64; page_tokens a multiple of 16 (the key tile); every
-// view of one plan shares kv_heads and head_dim.
+// kv_heads; query rows per KV head (num_q_heads / kv_heads * query_tokens) at most 64; page_tokens a multiple of 16
+// (the key tile); every view of one plan shares kv_heads and head_dim.
 // Large groups (v16, v17): an MMA head tile holds 8 query heads. BF16 (every head_dim) and FP8 / TQ3 at head_dim
 // 64 / 128 run up to two tiles (16 heads) in one CTA that reads the K / V pages once (and expands them once) for both
 // (v17); FP8 / TQ3 at head_dim 256 take one tile (8 heads) per CTA. A KV head's group larger than that is split into
@@ -110,8 +110,9 @@ class CudaDecodePlan {
   int total_items() const { return total_items_; }
   // CTAs per KV head of view v (its group split into CTAs of near-equal size): ceil(group / 16) for BF16 and for
   // FP8 / TQ3 at head_dim 64 / 128 (v17: two 8-head MMA tiles per CTA, one K / V read), else ceil(group / 8).
+  // group here = query rows per KV head: num_q_heads / kv_heads * query_tokens (session 16).
   int head_ctas(int v) const { return head_ctas_[v]; }
-  // Query heads per CTA of view v: ceil(group / head_ctas(v)) (the last CTA of a KV head may hold fewer).
+  // Query rows per CTA of view v: ceil(group / head_ctas(v)) (the last CTA of a KV head may hold fewer).
   int cta_heads(int v) const { return cta_heads_[v]; }
   // Whether view v runs the wide TQ3 kernel (one CTA per SM; CudaTq3Ctas).
   bool wide_ctas(int v) const { return wide_[v]; }
@@ -133,8 +134,8 @@ class CudaDecodePlan {
   int item_offset_[kCudaMaxViews] = {};       // first global partial-state index of each view
   size_t items_offset_bytes_[kCudaMaxViews] = {};   // CudaWorkItem[item_count] in the workspace
   size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
-  size_t part_out_offset_bytes_ = 0;                // float [total_items][num_q_heads][head_dim]
-  size_t part_lse_offset_bytes_ = 0;                // float [total_items][num_q_heads]
+  size_t part_out_offset_bytes_ = 0;                // float [total_items][rows_per_seq][head_dim], virtual-head order
+  size_t part_lse_offset_bytes_ = 0;                // float [total_items][rows_per_seq]
   size_t q_rows_offset_bytes_ = 0;                  // query_tokens > 1: float [num_seqs * rows_per_seq][head_dim]
   size_t out_rows_offset_bytes_ = 0;                //   queries and merged outputs in virtual-head order
   size_t lse_rows_offset_bytes_ = 0;                //   float [num_seqs * rows_per_seq]
@@ -159,11 +160,14 @@ Status CudaDecodeRun(const CudaDecodePlan& plan, const PagedKvView* views, int n
 // CudaDecodeRun = CudaDecodePartials, then CudaDecodeMerge (inside CudaDecodeRun the merge is a programmatic
 // dependent launch: its CTAs start while the last partial kernel finishes).
 // CudaDecodePartials: only the partial kernels; they leave every work item's partial state in d_workspace. For
-// benchmarks (a step without its merge: what the merge adds to the step) and callers that merge further.
+// benchmarks (a step without its merge: what the merge adds to the step) and callers that merge further. With
+// query_tokens > 1 a copy kernel that puts the queries into the workspace in virtual-head order runs first.
 Status CudaDecodePartials(const CudaDecodePlan& plan, const PagedKvView* views, int num_views, const float* d_q,
                           void* d_workspace, cudaStream_t stream);
 // CudaDecodeMerge: only the last kernel: merges the partial states already in d_workspace (left there by
-// CudaDecodePartials or CudaDecodeRun with the same plan) into out, as an ordinary launch.
+// CudaDecodePartials or CudaDecodeRun with the same plan) into out, as an ordinary launch. With query_tokens > 1 the
+// merge writes virtual-head order into d_workspace and a second ordinary launch copies it into out's [token][head]
+// order.
 Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 
 // Diagnostic timeline of a decode step (v19; build switch MINIMAKV_CUDA_TIMELINE=1, off by default: without it the

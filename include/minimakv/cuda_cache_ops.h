@@ -28,8 +28,9 @@ struct CudaAppendArgs {
   uint8_t* d_pages = nullptr;           // pool base; page p at d_pages + p * layout.page_bytes()
   int64_t num_pages = 0;                // pool size: slots must be < num_pages * page_tokens
   // [1] int32, zeroed by CudaAppend before its kernel. After the stream is synchronized, read it with
-  // CudaReadAppendError: 0 = all rows written; otherwise 1 + the first bad row (non-finite K/V or slot out of
-  // range), whose vectors were NOT written (no silent garbage).
+  // CudaReadAppendError: 0 = all rows written; otherwise 1 + a bad row (non-finite K/V or slot out of range; with
+  // several, whichever the device flagged first, not necessarily the lowest), whose vectors were NOT written (no
+  // silent garbage).
   int32_t* d_error_flag = nullptr;
 };
 
@@ -62,7 +63,8 @@ struct CudaConvertArgs {
   int num_pairs = 0;
   // The pools' sizes in pages (session 16; required when num_pairs > 0). The pairs are device memory, so the kernel
   // checks them: a pair whose src_page or dst_page lies outside its pool, or whose tokens lie outside
-  // [1, page_tokens], is rejected (error flag = 1 + its index, the first such pair) and nothing of it is written.
+  // [1, page_tokens], is rejected (error flag = 1 + its index; with several bad pairs, whichever the device flagged
+  // first, not necessarily the lowest index) and nothing of it is written.
   int64_t fp8_num_pages = 0;
   int64_t tq3_num_pages = 0;
   uint64_t rotation_seed = 0;           // HadamardRotation seed of the TQ3 pool
