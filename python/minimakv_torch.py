@@ -227,8 +227,8 @@ def convert_to_tq3(fp8_pool, tq3_pool, pairs, rotation_seed=None, check=True):
     seed = default_rotation_seed() if rotation_seed is None else rotation_seed
     _call_on(fp8_pool.device, "minimakv_cuda_convert_fp8_to_tq3", fp8_pool.kv_heads, fp8_pool.head_dim,
              fp8_pool.page_tokens, _PTR(fp8_pool.data.data_ptr()), _PTR(tq3_pool.data.data_ptr()),
-             fp8_pool.num_pages, tq3_pool.num_pages, _PTR(pairs.data_ptr()), pairs.shape[0], seed, _PTR(tq3_pool.error_flag.data_ptr()),
-             _stream(fp8_pool.device))
+             fp8_pool.num_pages, tq3_pool.num_pages, _PTR(pairs.data_ptr()), pairs.shape[0], seed,
+             _PTR(tq3_pool.error_flag.data_ptr()), _stream(fp8_pool.device))
     if check:
         tq3_pool.check_errors()
 
@@ -295,8 +295,14 @@ class DecodePlan:
 
     def __init__(self, views, num_q_heads, sm_scale=None, rotation_seed=None, query_tokens=1):
         first = _check_views(views)
-        if not isinstance(query_tokens, int) or query_tokens < 1:
-            raise ValueError(f"query_tokens must be an int >= 1, got {query_tokens!r}")
+        # An int (or numpy / 0-d torch integer, as PagedView takes), never a float or a bool.
+        given = query_tokens
+        try:
+            query_tokens = None if isinstance(given, bool) else operator.index(given)
+        except TypeError:
+            query_tokens = None
+        if query_tokens is None or query_tokens < 1:
+            raise ValueError(f"query_tokens must be an int >= 1, got {given!r}")
         self.views = list(views)
         self.num_seqs, self.num_q_heads, self.query_tokens = views[0].num_seqs, num_q_heads, query_tokens
         self.kv_heads, self.head_dim, self.device = first.kv_heads, first.head_dim, first.device
@@ -392,7 +398,8 @@ def reference_decode(q, views, sm_scale=None, rotation_seed=None):
     lse_log2 = torch.empty(q.shape[:-1], dtype=torch.float32)
     n = len(views)
     indptr, ids, last = _view_arrays(views, host=True)
-    _call("minimakv_reference_decode_host", num_seqs, query_tokens, num_q_heads, first.kv_heads, head_dim, sm_scale, seed, n,
+    _call("minimakv_reference_decode_host", num_seqs, query_tokens, num_q_heads, first.kv_heads, head_dim, sm_scale,
+          seed, n,
           (_I32 * n)(*[v.pool.format for v in views]), (_I32 * n)(*[v.pool.page_tokens for v in views]),
           (_I64 * n)(*[v.pool.num_pages for v in views]), _ptr_array([p.data_ptr() for p in host_pools]),
           indptr, ids, last, _PTR(host_q.data_ptr()), _PTR(out.data_ptr()), _PTR(lse_log2.data_ptr()))
