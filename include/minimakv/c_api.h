@@ -120,7 +120,8 @@ MINIMAKV_C_EXPORT int minimakv_cuda_plan_workspace_bytes(const minimakv_cuda_pla
 MINIMAKV_C_EXPORT int minimakv_cuda_plan_total_items(const minimakv_cuda_plan* plan, int32_t* out_items);
 
 /* Copies the plan's work lists into d_workspace on `stream`. Keep the plan alive until the stream has passed the
- * copy. Once per plan and workspace; runs may then repeat (or be captured in a CUDA graph). */
+ * copy. Once per plan and workspace; runs may then repeat (or be captured in a CUDA graph). A run on another stream
+ * must be ordered after this copy, and runs sharing one workspace after each other, by the caller (events). */
 MINIMAKV_C_EXPORT int minimakv_cuda_plan_upload(const minimakv_cuda_plan* plan, void* d_workspace, void* stream);
 
 /* Runs the decode step on `stream` (asynchronous). Per view v (same order, formats and lengths as at plan time):
