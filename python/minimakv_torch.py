@@ -326,6 +326,10 @@ class DecodePlan:
         self._workspace_stream = torch.cuda.current_stream(self.device)
         _call_on(self.device, "minimakv_cuda_plan_upload", self._handle, _PTR(self.workspace.data_ptr()),
                  _stream(self.device))
+        # The workspace's last use (the upload, then each run) and its stream: a run on another stream waits for it.
+        self._last_use = torch.cuda.Event()
+        self._last_use.record(self._workspace_stream)
+        self._last_stream = self._workspace_stream
 
     def run(self, q, views=None, out=None, lse_log2=None):
         """q: fp32 CUDA [num_seqs][num_q_heads][head_dim] (query_tokens 1) or [num_seqs][query_tokens][num_q_heads]
@@ -357,14 +361,23 @@ class DecodePlan:
         _check_cuda("lse_log2", lse_log2, torch.float32, self.device, shape[:-1])
         # The workspace came from the caching allocator on the plan's stream; used on another stream it must not be
         # handed out again before this stream's work is done (torch's record_stream contract).
+        # Every run rewrites the one workspace, so a run on another stream than the last user's (the upload's or the
+        # previous run's) waits for it first. While a graph is being captured no event is waited for or recorded
+        # (torch.cuda.graph synchronizes before capture; a captured event could not be waited for outside it).
         stream = torch.cuda.current_stream(self.device)
         if stream != self._workspace_stream:
             self.workspace.record_stream(stream)
+        capturing = torch.cuda.is_current_stream_capturing()
+        if not capturing and stream != self._last_stream:
+            stream.wait_event(self._last_use)
         indptr, ids, last = _view_arrays(views, host=False)
         pages = _ptr_array([v.pool.data.data_ptr() for v in views])
         _call_on(self.device, "minimakv_cuda_decode_run", self._handle, len(views), pages, indptr, ids, last,
                  _PTR(q.data_ptr()), _PTR(self.workspace.data_ptr()), _PTR(out.data_ptr()),
                  _PTR(lse_log2.data_ptr()), _stream(self.device))
+        if not capturing:
+            self._last_use.record(stream)
+            self._last_stream = stream
         return out, lse_log2
 
     def close(self):

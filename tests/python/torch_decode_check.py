@@ -230,6 +230,16 @@ def check_query_tokens(torch, mk, checker, label, cache, views, generator, token
     # Not bit-identical: the plan splits the larger row groups differently (other items, other merge order).
     checker.check(worst <= REF_TOTAL_REL_L2, f"{label}: each of the {tokens} tokens as a one-token step: worst rel L2 "
                   f"{worst:.2e} (<= {REF_TOTAL_REL_L2:g})")
+    # The same plan on another stream (it waits for the plan's last use there) and back on this one.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        side_out, side_lse = plan.run(q)
+    back_out, _ = plan.run(q)
+    torch.cuda.synchronize()
+    checker.check(torch.equal(side_out, out) and torch.equal(side_lse, lse) and torch.equal(back_out, out),
+                  f"{label}: runs on a side stream and back: {describe(torch, side_out, out)}, "
+                  f"{describe(torch, back_out, out)}")
     checker.expect_error(f"{label}: a one-token query given to a {tokens}-token plan", ValueError,
                          lambda: plan.run(q[:, 0].contiguous()))
     plan.close()

@@ -43,6 +43,7 @@ using cuda_detail::kWarpSize;
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
 constexpr int kMaxGroup = 8;            // query heads per CTA (head tile) that fit the MMA's 8-wide head dimension
+constexpr int kMaxKvHeads = 1024;       // KV heads the plan takes (products of the launches stay far inside int)
 constexpr int kMaxQueryGroup = 64;      // query heads per KV head the plan takes (several CTAs per KV head)
 constexpr int kBlockDims = 128;         // K side: dims handled per block of 8 k-steps (each thread: 32 of them)
 // v16: head_dim 64 has one K block of 64 dims (4 k-steps of 16); 128 / 256 keep kBlockDims (their code is unchanged).
@@ -2939,6 +2940,16 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   }
   // The plan, the kernels and the merge work on query rows: a KV head's group of query heads times the tokens.
   const int group = head_group * shape.query_tokens;
+  // int products of the launches (rows of the merge grid and of the copies, grid y = KV heads x CTAs per KV head).
+  if (shape.kv_heads > kMaxKvHeads) {
+    return Status::Unsupported("kv_heads " + std::to_string(shape.kv_heads) + " exceeds the CUDA decode limit of " +
+                               std::to_string(kMaxKvHeads));
+  }
+  if (int64_t(shape.num_seqs) * shape.num_q_heads * shape.query_tokens > INT32_MAX) {
+    return Status::InvalidArgument("num_seqs " + std::to_string(shape.num_seqs) + " x num_q_heads " +
+                                   std::to_string(shape.num_q_heads) + " x query_tokens " +
+                                   std::to_string(shape.query_tokens) + " query rows exceed 2^31 - 1");
+  }
   if (!(shape.sm_scale > 0.0f) || !std::isfinite(shape.sm_scale)) {
     return Status::InvalidArgument("sm_scale " + std::to_string(shape.sm_scale) + " must be positive and finite");
   }
@@ -3107,16 +3118,6 @@ Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* v
   }
   const int group = plan.rows_per_seq() / shape.kv_heads;  // query rows per KV head
   uint8_t* ws = static_cast<uint8_t*>(d_workspace);
-  const float* kernel_q = d_q;
-  if (shape.query_tokens > 1) {  // the queries into virtual-head order (an ordinary launch: the partial kernels,
-    float* q_rows = reinterpret_cast<float*>(ws + plan.q_rows_offset_bytes_);  // in stream order, read it)
-    MINIMAKV_RETURN_IF_ERROR(CudaError(
-        LaunchKernel(CopyQueryRowsKernel, dim3(unsigned(shape.num_seqs * plan.rows_per_seq())), dim3(kCopyRowThreads),
-                     0, stream, false, d_q, q_rows, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
-                     RowMap(shape), shape.head_dim, true),
-        "query row copy launch"));
-    kernel_q = q_rows;
-  }
   float* part_out = reinterpret_cast<float*>(ws + plan.part_out_offset_bytes_);
   float* part_lse = reinterpret_cast<float*>(ws + plan.part_lse_offset_bytes_);
   const CudaSignBits signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
@@ -3136,6 +3137,17 @@ Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* v
     if (plan.item_count_[v] > 0 && (view.pages == nullptr || view.page_ids == nullptr)) {
       return Status::InvalidArgument("view " + std::to_string(v) + ": null pages or page_ids");
     }
+  }
+  // (after every check: an error returns before anything is queued or captured)
+  const float* kernel_q = d_q;
+  if (shape.query_tokens > 1) {  // the queries into virtual-head order (an ordinary launch: the partial kernels,
+    float* q_rows = reinterpret_cast<float*>(ws + plan.q_rows_offset_bytes_);  // in stream order, read it)
+    MINIMAKV_RETURN_IF_ERROR(CudaError(
+        LaunchKernel(CopyQueryRowsKernel, dim3(unsigned(shape.num_seqs * plan.rows_per_seq())), dim3(kCopyRowThreads),
+                     0, stream, false, d_q, q_rows, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
+                     RowMap(shape), shape.head_dim, true),
+        "query row copy launch"));
+    kernel_q = q_rows;
   }
   bool programmatic = false;  // false for the step's first launch
   int order[kCudaMaxViews];

@@ -362,10 +362,10 @@ void TestConvert(std::mt19937_64& rng, int head_dim, int page_tokens) {
     CUDA_OK(cudaMemset(d_tq3.data(), kPoolFill, expected.size()));
     args.num_pairs = 3;
     STATUS_OK(CudaConvertFp8ToTq3(args, nullptr));
-    err = CudaReadAppendError(d_flag, nullptr);
-    CHECK(!err.ok() && err.message().find("pair 1 ") != std::string::npos,
+    const Status rejected = CudaReadAppendError(d_flag, nullptr);
+    CHECK(!rejected.ok() && rejected.message().find("pair 1 ") != std::string::npos,
           "convert d=%d bad pair (%d, %d, %d): flag gave \"%s\"", head_dim, bad.src_page, bad.dst_page, bad.tokens,
-          err.ToString().c_str());
+          rejected.ToString().c_str());
     CUDA_OK(cudaMemcpy(got.data(), d_tq3.data(), got.size(), cudaMemcpyDeviceToHost));
     for (int page = 0; page < tq3_pages; ++page) {
       const bool good = page == pairs[0].dst_page || page == pairs[1].dst_page;
@@ -730,6 +730,10 @@ void TestPlanErrors() {
   CheckRefused({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 17}, view, "68", "group 4 x 17 tokens");
   CheckRefused({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 1 << 30}, view, "query_tokens 1073741824",
                "query_tokens 2^30 (no int overflow)");
+  // The launches' int products: more than 1024 KV heads, or 2^31 query rows, are refused (names the values).
+  CheckRefused({1, 2048, 2048, 128, 0.1f, 0}, view, "kv_heads 2048", "kv_heads 2048");
+  CheckRefused({1 << 23, 64, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 8}, view, "num_seqs 8388608",
+               "2^23 seqs x 64 heads x 8 tokens = 2^32 query rows");
   CHECK(CudaDecodePlan::Create({1, 32, 8, 128, 0.1f, 0, CudaTq3Ctas::kAuto, 16}, &view, 1, 132, &plan).ok() &&
             plan.rows_per_seq() == 512 && plan.head_ctas(0) == 4 && plan.cta_heads(0) == 16,
         "group 4 x 16 tokens: 64 rows per KV head in 4 CTAs of 16 expected");
@@ -916,8 +920,9 @@ int main() {
   test_paired(gapped_shapes);
   // Session 16: several query tokens per sequence (rows = group x tokens per KV head, mapped back to [token][head]):
   // every format set, CTA shapes of the plan's choice. Llama group 4 x 2 (8 rows: narrow / wide), group 2 x 2 and
-  // group 1 x 4 (4 rows: paired at d 128 / 64), d 256 group 6 x 3 (18 rows: three CTAs), group 8 x 4 (32 rows: two
-  // CTAs of two tiles), group 8 x 8 (64 rows, the limit), group 3 x 5 (15 rows: two tiles, odd). Run last.
+  // group 1 x 4 (4 rows: paired at d 128 / 64), d 256 group 6 x 3 (18 rows: three FP8 / TQ3 CTAs, two BF16), group
+  // 8 x 4 (32 rows: two CTAs of two tiles), group 8 x 8 (64 rows, the limit), group 3 x 5 (15 rows: two tiles, odd).
+  // Run last.
   struct TokenCase {
     DecodeCase shape;
     int tokens;
