@@ -450,7 +450,7 @@ __device__ inline void LoadBf16V(const uint8_t* vec, int g, uint32_t (&pairs)[kH
 // kv * (group * T) + t * group + j is token t's query head kv * group + j. The caller's arrays are token major
 // ([num_seqs * T][num_q_heads]), so with T > 1 CopyQueryRowsKernel puts the queries into virtual order in the
 // workspace before the partial kernels and puts the merge's virtual-order output back after it. The kernels of
-// T = 1 stay as they were: the mapping inside them (tried first) made T = 1 steps 0.3-2.6% slower, same-run A/B on
+// T = 1 stay as they were: the mapping inside them (tried first) made T = 1 steps 0.1-2.6% slower, same-run A/B on
 // the H200 (register allocation of the FP8 kernels moved; docs/cuda-notes.md, session 16).
 struct QueryRowMap {
   int query_tokens;  // T
