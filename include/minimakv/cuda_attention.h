@@ -136,9 +136,8 @@ class CudaDecodePlan {
   size_t indptr_offset_bytes_[kCudaMaxViews] = {};  // int32 [num_seqs + 1]: items of seq s per view
   size_t part_out_offset_bytes_ = 0;                // float [total_items][rows_per_seq][head_dim], virtual-head order
   size_t part_lse_offset_bytes_ = 0;                // float [total_items][rows_per_seq]
-  size_t q_rows_offset_bytes_ = 0;                  // query_tokens > 1: float [num_seqs * rows_per_seq][head_dim]
-  size_t out_rows_offset_bytes_ = 0;                //   queries and merged outputs in virtual-head order
-  size_t lse_rows_offset_bytes_ = 0;                //   float [num_seqs * rows_per_seq]
+  size_t q_rows_offset_bytes_ = 0;                  // query_tokens > 1: float [num_seqs * rows_per_seq][head_dim],
+                                                    //   the queries in virtual-head order
   size_t meta_bytes_ = 0;                           // the uploaded prefix
   int total_items_ = 0;
   int head_ctas_[kCudaMaxViews] = {};

@@ -449,9 +449,10 @@ __device__ inline void LoadBf16V(const uint8_t* vec, int g, uint32_t (&pairs)[kH
 // num_q_heads * T "virtual heads" whose KV head groups are T times larger, KV head major: virtual head
 // kv * (group * T) + t * group + j is token t's query head kv * group + j. The caller's arrays are token major
 // ([num_seqs * T][num_q_heads]), so with T > 1 CopyQueryRowsKernel puts the queries into virtual order in the
-// workspace before the partial kernels and puts the merge's virtual-order output back after it. The kernels of
-// T = 1 stay as they were: the mapping inside them (tried first) made T = 1 steps 0.1-2.6% slower, same-run A/B on
-// the H200 (register allocation of the FP8 kernels moved; docs/cuda-notes.md, session 16).
+// workspace before the partial kernels, and the merge writes each row at its caller position (CallerRow; session
+// 17: until then a second copy kernel after the merge did, ~3 us per step). The partial kernels of T = 1 stay as
+// they were: the mapping inside them (tried first) made T = 1 steps 0.1-2.6% slower, same-run A/B on the H200
+// (register allocation of the FP8 kernels moved; docs/cuda-notes.md, session 16).
 struct QueryRowMap {
   int query_tokens;  // T
   int num_q_heads;   // the caller's query heads per token
@@ -470,17 +471,13 @@ inline QueryRowMap RowMap(const CudaDecodeShape& shape) {
   return {shape.query_tokens, shape.num_q_heads, shape.num_q_heads / shape.kv_heads,
           shape.num_q_heads * shape.query_tokens};
 }
-// One CTA per virtual row: its head_dim floats (and with lse, its LSE) from caller order to virtual order
-// (to_virtual: the queries) or back (the outputs). Scalar copies: the caller's rows need only 4-byte alignment.
-__global__ void CopyQueryRowsKernel(const float* src, float* dst, const float* src_lse, float* dst_lse, QueryRowMap m,
-                                    int head_dim, bool to_virtual) {
+// One CTA per virtual row: its head_dim query floats from caller order to virtual order. Scalar copies: the
+// caller's rows need only 4-byte alignment.
+__global__ void CopyQueryRowsKernel(const float* src, float* dst, QueryRowMap m, int head_dim) {
   const int virtual_row = blockIdx.x;
   const int seq = virtual_row / m.rows_per_seq;
   const size_t caller = CallerRow(m, seq, virtual_row - seq * m.rows_per_seq);
-  const size_t from = to_virtual ? caller : size_t(virtual_row);
-  const size_t to = to_virtual ? size_t(virtual_row) : caller;
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[to * head_dim + i] = src[from * head_dim + i];
-  if (src_lse != nullptr && threadIdx.x == 0) dst_lse[to] = src_lse[from];
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[size_t(virtual_row) * head_dim + i] = src[caller * head_dim + i];
 }
 
 struct DecodeParams {
@@ -2400,11 +2397,18 @@ struct MergeParams {
   int num_views;
   int num_seqs;
   int num_q_heads;     // virtual heads per sequence (QueryRowMap)
-  float* out;
+  float* out;          // the caller's arrays: row (seq, virtual head) goes to OutputRow
   float* lse_log2;
+  QueryRowMap rows;
   CudaSignBits signs;
   float inv_sqrt_dim;
 };
+
+// Where the merged state of (seq, virtual head) goes in the caller's out / lse_log2: the row itself for one query
+// token, else its token-major position (session 17: the merge writes it there, no copy kernel after it).
+__device__ inline size_t OutputRow(const MergeParams& p, int row, int seq, int head) {
+  return p.rows.query_tokens == 1 ? size_t(row) : CallerRow(p.rows, seq, head);
+}
 
 // Merges the items of one view of (seq, head) into one state, then that state into acc via MergePartialState.
 // Items in parallel: lanes reduce the max and the weight sum of the LSEs; the outputs are then accumulated with
@@ -2531,9 +2535,10 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) MergeKernel(MergePara
     if (v != p.tq3_view) MergeView<kHeadDim>(p, v, begin_of(v), end_of(v), head, lane, acc, &acc_lse);
   }
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, loop_end_ns);
+  const size_t out_row = OutputRow(p, row, seq, head);
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = acc[k];
-  if (lane == 0) p.lse_log2[row] = acc_lse;
+  for (int k = 0; k < kPerLane; ++k) p.out[out_row * kHeadDim + lane + kWarpSize * k] = acc[k];
+  if (lane == 0) p.lse_log2[out_row] = acc_lse;
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, exit_ns);
 }
 
@@ -2755,9 +2760,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
     for (int k = 0; k < kPerLane; ++k) out[k] *= inv;
     out_lse = max_lse + log2f(weight_sum);
   }
+  const size_t out_row = OutputRow(p, row, seq, head);
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) p.out[size_t(row) * kHeadDim + lane + kWarpSize * k] = out[k];
-  if (lane == 0) p.lse_log2[row] = out_lse;
+  for (int k = 0; k < kPerLane; ++k) p.out[out_row * kHeadDim + lane + kWarpSize * k] = out[k];
+  if (lane == 0) p.lse_log2[out_row] = out_lse;
   MINIMAKV_TIMELINE_STAMP(kCudaTimelineMerge, exit_ns);
 }
 
@@ -3077,14 +3083,10 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   offset = AlignUp(offset + size_t(plan.total_items_) * plan.rows_per_seq() * shape.head_dim * sizeof(float));
   plan.part_lse_offset_bytes_ = offset;
   offset = AlignUp(offset + size_t(plan.total_items_) * plan.rows_per_seq() * sizeof(float));
-  if (shape.query_tokens > 1) {  // the queries and the merged states in virtual-head order (QueryRowMap)
+  if (shape.query_tokens > 1) {  // the queries in virtual-head order (QueryRowMap)
     const size_t rows = size_t(shape.num_seqs) * plan.rows_per_seq();
     plan.q_rows_offset_bytes_ = offset;
     offset = AlignUp(offset + rows * shape.head_dim * sizeof(float));
-    plan.out_rows_offset_bytes_ = offset;
-    offset = AlignUp(offset + rows * shape.head_dim * sizeof(float));
-    plan.lse_rows_offset_bytes_ = offset;
-    offset = AlignUp(offset + rows * sizeof(float));
   }
   plan.workspace_bytes_ = offset;
   *out = std::move(plan);
@@ -3144,8 +3146,7 @@ Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* v
     float* q_rows = reinterpret_cast<float*>(ws + plan.q_rows_offset_bytes_);  // in stream order, read it)
     MINIMAKV_RETURN_IF_ERROR(CudaError(
         LaunchKernel(CopyQueryRowsKernel, dim3(unsigned(shape.num_seqs * plan.rows_per_seq())), dim3(kCopyRowThreads),
-                     0, stream, false, d_q, q_rows, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
-                     RowMap(shape), shape.head_dim, true),
+                     0, stream, false, d_q, q_rows, RowMap(shape), shape.head_dim),
         "query row copy launch"));
     kernel_q = q_rows;
   }
@@ -3259,10 +3260,7 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
   merge.num_q_heads = plan.rows_per_seq();
   merge.out = out.out;
   merge.lse_log2 = out.lse_log2;
-  if (shape.query_tokens > 1) {  // virtual-head order into the workspace; CopyQueryRowsKernel puts it back below
-    merge.out = reinterpret_cast<float*>(ws + plan.out_rows_offset_bytes_);
-    merge.lse_log2 = reinterpret_cast<float*>(ws + plan.lse_rows_offset_bytes_);
-  }
+  merge.rows = RowMap(shape);
   merge.signs = MakeCudaSignBits(shape.rotation_seed, shape.head_dim);
   merge.inv_sqrt_dim = float(1.0 / std::sqrt(double(shape.head_dim)));
   for (int v = 0; v < plan.num_views_; ++v) {
@@ -3302,12 +3300,7 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
                                 : LaunchKernel(MergeKernel<64>, grid, block, 0, stream, programmatic, merge),
         "merge kernel launch"));
   }
-  if (shape.query_tokens == 1) return Status::Ok();
-  return CudaError(LaunchKernel(CopyQueryRowsKernel, dim3(unsigned(rows)), dim3(kCopyRowThreads), 0, stream, false,
-                                static_cast<const float*>(merge.out), out.out,
-                                static_cast<const float*>(merge.lse_log2), out.lse_log2, RowMap(shape),
-                                shape.head_dim, false),
-                   "output row copy launch");
+  return Status::Ok();
 }
 
 }  // namespace minimakv
