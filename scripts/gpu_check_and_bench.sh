@@ -12,6 +12,9 @@
 # QUERY_TOKENS (default "2 4"; empty skips): the bench then also runs the Llama-3-8B and Qwen3.6-27B 32K batch-8
 # points with that many query tokens per sequence (speculative decoding's verification), ours and torch SDPA's,
 # appended to the same CSVs (shape SHAPE-tT), so the summary shows them as rows of their own.
+# CAPACITY_POINTS (default bench/cuda/capacity_points.txt; empty skips; session 17): each format at the batch it
+# reaches at the memory limit (`minimakv plan`, scripts/capacity_points.py), ours and torch SDPA at the BF16 batch,
+# appended to the CSVs with kind "capacity"; the summary then prints decode throughput at equal memory.
 set -uo pipefail
 MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -100,6 +103,21 @@ if [[ $MODE == bench || $MODE == all ]]; then
         >> "$OUT_DIR/torch.log" 2>&1 && tail -n +2 "$BUILD/qt-torch.csv" >> "$OUT_DIR/torch_sdpa.csv" || status=1
     fi
   done
+  CAP_FILE=${CAPACITY_POINTS-$ROOT/bench/cuda/capacity_points.txt}
+  if [[ -n $CAP_FILE ]]; then
+    echo "== benchmark at the memory limit: $CAP_FILE ($(date -u +%H:%M:%S))"
+    CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 {print "--only " $1 " " $2 " " $4}' | sort -u | tr '\n' ' ')
+    TORCH_CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 && $3 == "bf16" {print "--only " $1 " " $2 " " $4}' \
+      | tr '\n' ' ')
+    "$BENCH" --csv "$BUILD/cap.csv" $CAP_POINTS >> "$OUT_DIR/bench.log" 2>&1 \
+      && tail -n +2 "$BUILD/cap.csv" | sed 's/^decode,/capacity,/' >> "$OUT_DIR/decode_bench.csv" || status=1
+    if [[ -z ${SKIP_TORCH:-} ]]; then
+      python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$BUILD/cap-torch.csv" $TORCH_CAP_POINTS \
+        >> "$OUT_DIR/torch.log" 2>&1 \
+        && tail -n +2 "$BUILD/cap-torch.csv" | sed 's/^torch_sdpa,/capacity_torch_sdpa,/' >> "$OUT_DIR/torch_sdpa.csv" \
+        || status=1
+    fi
+  fi
 fi
 if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the partial kernel of format 2 (0 bf16, 1 fp8, 2 tq3)
   read -r p_shape p_ctx p_batch p_fmt <<< "$PROFILE"
@@ -110,6 +128,6 @@ fi
 echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-skipped}, memcheck rc=${memcheck_rc:-skipped}, cuda_example rc=${example_rc:-skipped}, real_kv_check rc=${real_kv_rc:-skipped}, torch_decode_check rc=${torch_check_rc:-skipped})"
 if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then
   python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
-    | tee "$OUT_DIR/summary.txt"
+    "${CAPACITY_POINTS-$ROOT/bench/cuda/capacity_points.txt}" | tee "$OUT_DIR/summary.txt"
 fi
 exit $status

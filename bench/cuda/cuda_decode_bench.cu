@@ -441,161 +441,185 @@ int main(int argc, char** argv) {
   }
   std::mt19937_64 rng(7);
   const size_t kMemoryBudget = size_t(100) << 30;  // leave room on the 141 GB card
-  for (const Shape& shape : shapes) {
-    for (int ctx : contexts) {
-      for (int batch : batches) {
-        if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const OnlyConfig& c) {
-              return c.shape == shape.name && c.ctx == ctx && c.batch == batch;
-            })) {
-          continue;
+  // The points: with --only just those (any context and batch: session 17's capacity points use the batch each
+  // format reaches at the memory limit), else every shape x context x batch of the lists above.
+  struct BenchPoint {
+    const Shape* shape;
+    int ctx;
+    int batch;
+  };
+  std::vector<BenchPoint> points;
+  for (const OnlyConfig& c : only) {
+    const Shape* match = nullptr;
+    for (const Shape& shape : shapes) {
+      if (c.shape == shape.name) match = &shape;
+    }
+    if (match == nullptr || c.ctx <= kAnchorTokens + kRecentTokens || c.ctx % kPageTokens != 0 || c.batch < 1) {
+      std::fprintf(stderr, "--only %s %d %d: unknown shape, a context that is not a multiple of %d above the mix's %d "
+                   "FP8 tokens, or batch < 1\n", c.shape.c_str(), c.ctx, c.batch, kPageTokens,
+                   kAnchorTokens + kRecentTokens);
+      return 2;
+    }
+    points.push_back({match, c.ctx, c.batch});
+  }
+  if (only.empty()) {
+    for (const Shape& shape : shapes) {
+      for (int ctx : contexts) {
+        for (int batch : batches) {
+          const bool listed_context = ctx == kOnePointContext || (shape.also_64k && ctx == kSecondPointContext);
+          if (shape.one_point && (!listed_context || batch != kOnePointBatch)) continue;
+          points.push_back({&shape, ctx, batch});
         }
-        const bool listed_context = ctx == kOnePointContext || (shape.also_64k && ctx == kSecondPointContext);
-        if (only.empty() && shape.one_point && (!listed_context || batch != kOnePointBatch)) continue;
-        const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
-        if (bf16_bytes * 2 > kMemoryBudget) {
-          std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);
-          continue;
-        }
-        const int pages_per_seq = ctx / kPageTokens;
-        const int fp8_mix_tokens = kAnchorTokens + kRecentTokens;
-        const int tq3_mix_tokens = ctx - fp8_mix_tokens;
-        Pool bf16 = MakePool(KvFormat::kBf16, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 11);
-        Pool fp8 = MakePool(KvFormat::kFp8, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 12);
-        Pool tq3 = MakePool(KvFormat::kTq3, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 13);
-        View full_bf16 = MakeView(batch, ctx, bf16.num_pages, rng);
-        View full_fp8 = MakeView(batch, ctx, fp8.num_pages, rng);
-        View full_tq3 = MakeView(batch, ctx, tq3.num_pages, rng);
-        View mix_fp8 = MakeView(batch, fp8_mix_tokens, fp8.num_pages, rng);
-        View mix_tq3 = MakeView(batch, tq3_mix_tokens, tq3.num_pages, rng);
-
-        const size_t q_rows = size_t(batch) * query_tokens * shape.num_q_heads;
-        const size_t q_floats = q_rows * shape.head_dim;
-        float *d_q, *d_out, *d_lse;
-        CUDA_OK(cudaMalloc(&d_q, q_floats * 4));
-        CUDA_OK(cudaMalloc(&d_out, q_floats * 4));
-        CUDA_OK(cudaMalloc(&d_lse, q_rows * 4));
-        const std::string label = query_tokens == 1 ? std::string(shape.name)
-                                                    : std::string(shape.name) + "-t" + std::to_string(query_tokens);
-        {
-          std::vector<float> q(q_floats);
-          std::normal_distribution<float> normal(0.0f, 1.0f);
-          for (float& x : q) x = normal(rng);
-          CUDA_OK(cudaMemcpy(d_q, q.data(), q_floats * 4, cudaMemcpyHostToDevice));
-        }
-        CUDA_OK(cudaDeviceSynchronize());
-
-        struct Variant {
-          const char* name;
-          std::vector<std::pair<const Pool*, const View*>> parts;
-        };
-        const Variant variants[] = {{"bf16", {{&bf16, &full_bf16}}},
-                                    {"fp8", {{&fp8, &full_fp8}}},
-                                    {"tq3", {{&tq3, &full_tq3}}},
-                                    {"mix", {{&fp8, &mix_fp8}, {&tq3, &mix_tq3}}}};
-        for (const Variant& variant : variants) {
-          CudaDecodeShape dshape{batch, shape.num_q_heads, shape.kv_heads, shape.head_dim,
-                                 1.0f / std::sqrt(float(shape.head_dim)), 42, tq3_ctas, query_tokens};
-          std::vector<CudaViewLengths> lengths;
-          std::vector<PagedKvView> views;
-          size_t kv_bytes = 0;
-          for (const auto& [pool, view] : variant.parts) {
-            lengths.push_back({pool->layout.format, kPageTokens, view->indptr.data(), view->last.data()});
-            PagedKvView pv;
-            pv.layout = pool->layout;
-            pv.pages = pool->d_pages;
-            pv.num_seqs = batch;
-            pv.page_indptr = view->d_indptr;
-            pv.page_ids = view->d_ids;
-            pv.last_page_tokens = view->d_last;
-            views.push_back(pv);
-            for (int s = 0; s < batch; ++s) {
-              const int64_t tokens = int64_t(view->indptr[s + 1] - view->indptr[s] - 1) * kPageTokens + view->last[s];
-              kv_bytes += size_t(tokens) * shape.kv_heads * 2 * BytesPerVector(pool->layout.format, shape.head_dim);
-            }
-          }
-          CudaDecodePlan plan;
-          STATUS_OK(CudaDecodePlan::Create(dshape, lengths.data(), int(lengths.size()), sm_count, &plan));
-          void* d_ws;
-          CUDA_OK(cudaMalloc(&d_ws, std::max<size_t>(plan.workspace_bytes(), 256)));
-          STATUS_OK(plan.Upload(d_ws, stream));
-          PartialStatesOut out{d_out, d_lse};
-          auto step = [&] { STATUS_OK(CudaDecodeRun(plan, views.data(), int(views.size()), d_q, d_ws, out, stream)); };
-          auto merge = [&] { STATUS_OK(CudaDecodeMerge(plan, d_ws, out, stream)); };
-          auto partials = [&] {
-            STATUS_OK(CudaDecodePartials(plan, views.data(), int(views.size()), d_q, d_ws, stream));
-          };
-          for (int w = 0; w < 3; ++w) time_once(step);
-          // The step and the step without its merge (the partial kernels alone) alternate run by run, so that their
-          // difference, what the merge adds to the step, sees the same clocks; the merge kernel alone as an ordinary
-          // launch after a flush (it then also pays a launch and the partial states' reads from DRAM).
-          std::vector<double> t, tp, tm;
-          for (int r = 0; r < runs; ++r) {
-            t.push_back(time_once(step));
-            tp.push_back(time_once(partials));
-          }
-          for (int r = 0; r < std::max(5, runs / 3); ++r) tm.push_back(time_once(merge));
-          const double us = Median(t);
-          const double merge_in_step_us = us - Median(tp);
-          const double gbps = double(kv_bytes) / us * 1e-3;
-          std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge in step"
-                      " %5.1f us (alone %5.1f)  items %d\n",
-                      label.c_str(), ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
-                      merge_in_step_us, Median(tm), plan.total_items());
-          if (csv) {
-            std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f\n", label.c_str(), ctx, batch,
-                         variant.name, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, Median(tm), plan.total_items(),
-                         read_gbps, merge_in_step_us);
-            std::fflush(csv);
-          }
-          if (timeline_steps > 0) {
-            Metrics metrics;
-            std::vector<CudaCtaTimes> records;
-            for (int r = 0; r < timeline_steps; ++r) {
-              STATUS_OK(CudaTimelineReset(stream));
-              CUDA_OK(cudaMemsetAsync(d_flush_end_ns, 0, sizeof(unsigned long long), stream));
-              ReadBandwidthStampKernel<<<sm_count * 8, 512, 0, stream>>>(
-                  reinterpret_cast<const uint4*>(d_flush), kFlushBytes / 16, d_flush_sink, d_flush_end_ns);
-              const double step_us = time_events(step);
-              unsigned long long flush_end_ns = 0;
-              CUDA_OK(cudaMemcpy(&flush_end_ns, d_flush_end_ns, sizeof(flush_end_ns), cudaMemcpyDeviceToHost));
-              STATUS_OK(CudaTimelineRead(&records));
-              if (timeline_ctas_csv) {
-                const char* kKernelNames[kCudaTimelineKernels] = {"bf16", "fp8", "tq3", "merge"};
-                for (size_t i = 0; i < records.size(); ++i) {
-                  const CudaCtaTimes& t = records[i];
-                  if (!t.written) continue;
-                  std::fprintf(timeline_ctas_csv, "%s,%d,%d,%s,%d,%s,%zu,%u,%.3f,%.3f,%.3f,%.3f,%.0f\n", shape.name, ctx,
-                               batch, variant.name, r, kKernelNames[i / kCudaTimelineMaxCtas], i % kCudaTimelineMaxCtas,
-                               t.sm, double(int64_t(t.start_ns - flush_end_ns)) * 1e-3,
-                               double(t.ready_ns - t.start_ns) * 1e-3, double(t.loop_end_ns - t.ready_ns) * 1e-3,
-                               double(int64_t(t.exit_ns - flush_end_ns)) * 1e-3, LoopMhz(t));
-                }
-              }
-              AddStepMetrics(records, flush_end_ns, step_us, &metrics);
-            }
-            std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; "
-                        "0 = flush end):\n",
-                        shape.name, ctx, batch, variant.name, timeline_steps);
-            for (size_t i = 0; i < metrics.names.size(); ++i) {
-              const std::vector<double>& v = metrics.values[i];
-              std::printf("  %-42s %8.2f  [%8.2f .. %8.2f]\n", metrics.names[i].c_str(), Percentile(v, 0.5),
-                          Percentile(v, 0.0), Percentile(v, 1.0));
-              if (timeline_csv) {
-                std::fprintf(timeline_csv, "%s,%d,%d,%s,%s,%.3f,%.3f,%.3f\n", shape.name, ctx, batch, variant.name,
-                             metrics.names[i].c_str(), Percentile(v, 0.5), Percentile(v, 0.0), Percentile(v, 1.0));
-              }
-            }
-            std::fflush(stdout);
-          }
-          CUDA_OK(cudaFree(d_ws));
-        }
-        for (View* v : {&full_bf16, &full_fp8, &full_tq3, &mix_fp8, &mix_tq3}) FreeView(*v);
-        for (Pool* p : {&bf16, &fp8, &tq3}) CUDA_OK(cudaFree(p->d_pages));
-        CUDA_OK(cudaFree(d_q));
-        CUDA_OK(cudaFree(d_out));
-        CUDA_OK(cudaFree(d_lse));
       }
     }
+  }
+  for (const BenchPoint& point : points) {
+    const Shape& shape = *point.shape;
+    const int ctx = point.ctx;
+    const int batch = point.batch;
+    const size_t bf16_bytes = size_t(batch) * ctx * shape.kv_heads * 2 * 2 * shape.head_dim;
+    if (bf16_bytes * 2 > kMemoryBudget) {
+      std::printf("skip %s ctx %d batch %d: does not fit the memory budget\n", shape.name, ctx, batch);
+      continue;
+    }
+    const int pages_per_seq = ctx / kPageTokens;
+    const int fp8_mix_tokens = kAnchorTokens + kRecentTokens;
+    const int tq3_mix_tokens = ctx - fp8_mix_tokens;
+    Pool bf16 = MakePool(KvFormat::kBf16, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 11);
+    Pool fp8 = MakePool(KvFormat::kFp8, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 12);
+    Pool tq3 = MakePool(KvFormat::kTq3, shape.kv_heads, shape.head_dim, batch * pages_per_seq, 13);
+    View full_bf16 = MakeView(batch, ctx, bf16.num_pages, rng);
+    View full_fp8 = MakeView(batch, ctx, fp8.num_pages, rng);
+    View full_tq3 = MakeView(batch, ctx, tq3.num_pages, rng);
+    View mix_fp8 = MakeView(batch, fp8_mix_tokens, fp8.num_pages, rng);
+    View mix_tq3 = MakeView(batch, tq3_mix_tokens, tq3.num_pages, rng);
+
+    const size_t q_rows = size_t(batch) * query_tokens * shape.num_q_heads;
+    const size_t q_floats = q_rows * shape.head_dim;
+    float *d_q, *d_out, *d_lse;
+    CUDA_OK(cudaMalloc(&d_q, q_floats * 4));
+    CUDA_OK(cudaMalloc(&d_out, q_floats * 4));
+    CUDA_OK(cudaMalloc(&d_lse, q_rows * 4));
+    const std::string label = query_tokens == 1 ? std::string(shape.name)
+                                                : std::string(shape.name) + "-t" + std::to_string(query_tokens);
+    {
+      std::vector<float> q(q_floats);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& x : q) x = normal(rng);
+      CUDA_OK(cudaMemcpy(d_q, q.data(), q_floats * 4, cudaMemcpyHostToDevice));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+
+    struct Variant {
+      const char* name;
+      std::vector<std::pair<const Pool*, const View*>> parts;
+    };
+    const Variant variants[] = {{"bf16", {{&bf16, &full_bf16}}},
+                                {"fp8", {{&fp8, &full_fp8}}},
+                                {"tq3", {{&tq3, &full_tq3}}},
+                                {"mix", {{&fp8, &mix_fp8}, {&tq3, &mix_tq3}}}};
+    for (const Variant& variant : variants) {
+      CudaDecodeShape dshape{batch, shape.num_q_heads, shape.kv_heads, shape.head_dim,
+                             1.0f / std::sqrt(float(shape.head_dim)), 42, tq3_ctas, query_tokens};
+      std::vector<CudaViewLengths> lengths;
+      std::vector<PagedKvView> views;
+      size_t kv_bytes = 0;
+      for (const auto& [pool, view] : variant.parts) {
+        lengths.push_back({pool->layout.format, kPageTokens, view->indptr.data(), view->last.data()});
+        PagedKvView pv;
+        pv.layout = pool->layout;
+        pv.pages = pool->d_pages;
+        pv.num_seqs = batch;
+        pv.page_indptr = view->d_indptr;
+        pv.page_ids = view->d_ids;
+        pv.last_page_tokens = view->d_last;
+        views.push_back(pv);
+        for (int s = 0; s < batch; ++s) {
+          const int64_t tokens = int64_t(view->indptr[s + 1] - view->indptr[s] - 1) * kPageTokens + view->last[s];
+          kv_bytes += size_t(tokens) * shape.kv_heads * 2 * BytesPerVector(pool->layout.format, shape.head_dim);
+        }
+      }
+      CudaDecodePlan plan;
+      STATUS_OK(CudaDecodePlan::Create(dshape, lengths.data(), int(lengths.size()), sm_count, &plan));
+      void* d_ws;
+      CUDA_OK(cudaMalloc(&d_ws, std::max<size_t>(plan.workspace_bytes(), 256)));
+      STATUS_OK(plan.Upload(d_ws, stream));
+      PartialStatesOut out{d_out, d_lse};
+      auto step = [&] { STATUS_OK(CudaDecodeRun(plan, views.data(), int(views.size()), d_q, d_ws, out, stream)); };
+      auto merge = [&] { STATUS_OK(CudaDecodeMerge(plan, d_ws, out, stream)); };
+      auto partials = [&] {
+        STATUS_OK(CudaDecodePartials(plan, views.data(), int(views.size()), d_q, d_ws, stream));
+      };
+      for (int w = 0; w < 3; ++w) time_once(step);
+      // The step and the step without its merge (the partial kernels alone) alternate run by run, so that their
+      // difference, what the merge adds to the step, sees the same clocks; the merge kernel alone as an ordinary
+      // launch after a flush (it then also pays a launch and the partial states' reads from DRAM).
+      std::vector<double> t, tp, tm;
+      for (int r = 0; r < runs; ++r) {
+        t.push_back(time_once(step));
+        tp.push_back(time_once(partials));
+      }
+      for (int r = 0; r < std::max(5, runs / 3); ++r) tm.push_back(time_once(merge));
+      const double us = Median(t);
+      const double merge_in_step_us = us - Median(tp);
+      const double gbps = double(kv_bytes) / us * 1e-3;
+      std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge in step"
+                  " %5.1f us (alone %5.1f)  items %d\n",
+                  label.c_str(), ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
+                  merge_in_step_us, Median(tm), plan.total_items());
+      if (csv) {
+        std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f\n", label.c_str(), ctx, batch,
+                     variant.name, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, Median(tm), plan.total_items(),
+                     read_gbps, merge_in_step_us);
+        std::fflush(csv);
+      }
+      if (timeline_steps > 0) {
+        Metrics metrics;
+        std::vector<CudaCtaTimes> records;
+        for (int r = 0; r < timeline_steps; ++r) {
+          STATUS_OK(CudaTimelineReset(stream));
+          CUDA_OK(cudaMemsetAsync(d_flush_end_ns, 0, sizeof(unsigned long long), stream));
+          ReadBandwidthStampKernel<<<sm_count * 8, 512, 0, stream>>>(
+              reinterpret_cast<const uint4*>(d_flush), kFlushBytes / 16, d_flush_sink, d_flush_end_ns);
+          const double step_us = time_events(step);
+          unsigned long long flush_end_ns = 0;
+          CUDA_OK(cudaMemcpy(&flush_end_ns, d_flush_end_ns, sizeof(flush_end_ns), cudaMemcpyDeviceToHost));
+          STATUS_OK(CudaTimelineRead(&records));
+          if (timeline_ctas_csv) {
+            const char* kKernelNames[kCudaTimelineKernels] = {"bf16", "fp8", "tq3", "merge"};
+            for (size_t i = 0; i < records.size(); ++i) {
+              const CudaCtaTimes& t = records[i];
+              if (!t.written) continue;
+              std::fprintf(timeline_ctas_csv, "%s,%d,%d,%s,%d,%s,%zu,%u,%.3f,%.3f,%.3f,%.3f,%.0f\n", shape.name, ctx,
+                           batch, variant.name, r, kKernelNames[i / kCudaTimelineMaxCtas], i % kCudaTimelineMaxCtas,
+                           t.sm, double(int64_t(t.start_ns - flush_end_ns)) * 1e-3,
+                           double(t.ready_ns - t.start_ns) * 1e-3, double(t.loop_end_ns - t.ready_ns) * 1e-3,
+                           double(int64_t(t.exit_ns - flush_end_ns)) * 1e-3, LoopMhz(t));
+            }
+          }
+          AddStepMetrics(records, flush_end_ns, step_us, &metrics);
+        }
+        std::printf("timeline %s ctx %d batch %d %s (%d steps; us, median over steps [min .. max]; "
+                    "0 = flush end):\n",
+                    shape.name, ctx, batch, variant.name, timeline_steps);
+        for (size_t i = 0; i < metrics.names.size(); ++i) {
+          const std::vector<double>& v = metrics.values[i];
+          std::printf("  %-42s %8.2f  [%8.2f .. %8.2f]\n", metrics.names[i].c_str(), Percentile(v, 0.5),
+                      Percentile(v, 0.0), Percentile(v, 1.0));
+          if (timeline_csv) {
+            std::fprintf(timeline_csv, "%s,%d,%d,%s,%s,%.3f,%.3f,%.3f\n", shape.name, ctx, batch, variant.name,
+                         metrics.names[i].c_str(), Percentile(v, 0.5), Percentile(v, 0.0), Percentile(v, 1.0));
+          }
+        }
+        std::fflush(stdout);
+      }
+      CUDA_OK(cudaFree(d_ws));
+    }
+    for (View* v : {&full_bf16, &full_fp8, &full_tq3, &mix_fp8, &mix_tq3}) FreeView(*v);
+    for (Pool* p : {&bf16, &fp8, &tq3}) CUDA_OK(cudaFree(p->d_pages));
+    CUDA_OK(cudaFree(d_q));
+    CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_lse));
   }
 
   // ---- conversion throughput: FP8 pages -> TQ3 pages (distinct pages, shuffled).

@@ -14,7 +14,8 @@ def load(path):
 def main():
     ours = load(sys.argv[1])
     torch_rows = load(sys.argv[2]) if len(sys.argv) > 2 else []
-    torch_us = {(r["shape"], r["context"], r["batch"]): float(r["time_us"]) for r in torch_rows}
+    torch_us = {(r["shape"], r["context"], r["batch"]): float(r["time_us"]) for r in torch_rows
+                if r["kind"] == "torch_sdpa"}
     table = {}
     read_bw = None
     for r in ours:
@@ -49,6 +50,46 @@ def main():
         if r["kind"] == "convert":
             print(f"convert fp8->tq3 {r['shape']}: {r['batch']} pages of {r['context']} tokens in {float(r['time_us']):.0f} us "
                   f"= {int(r['batch']) / float(r['time_us']):.2f} M pages/s, {float(r['gbps']):.0f} GB/s")
+    if len(sys.argv) > 3 and sys.argv[3]:
+        capacity_table(ours, torch_rows, sys.argv[3])
+
+
+def capacity_table(ours, torch_rows, points_path):
+    """Session 17: each format at the batch it reaches at the memory limit (bench/cuda/capacity_points.txt, from
+    `minimakv plan`): one layer's decode step and the tokens per second it gives, against BF16 at its own limit."""
+    try:
+        with open(points_path) as f:
+            points = [line.split() for line in f if line.strip() and not line.startswith("#")]
+    except OSError:
+        return
+    ours_us = {(r["shape"], r["context"], r["batch"], r["format"]): r for r in ours if r["kind"] == "capacity"}
+    torch_cap = {(r["shape"], r["context"], r["batch"]): float(r["time_us"]) for r in torch_rows
+                 if r["kind"] == "capacity_torch_sdpa"}
+    if not ours_us:
+        return
+    print("\nAT THE MEMORY LIMIT (batch = concurrent requests that fit, `minimakv plan` with the paper's inputs; "
+          "one full-attention layer's decode step; tokens/s = batch / step)")
+    hdr = f"{'shape':12s} {'ctx':>6s} {'format':>6s} {'batch':>5s} | {'step us':>8s} {'%BW':>4s} | {'tokens/s':>9s} {'vs bf16':>7s}"
+    print(hdr)
+    print("-" * len(hdr))
+    bf16_rate = {}
+    for shape, ctx, fmt, batch in points:
+        r = ours_us.get((shape, ctx, batch, fmt))
+        if r is None:
+            print(f"{shape:12s} {int(ctx):6d} {fmt:>6s} {int(batch):5d} | (no row)")
+            continue
+        us = float(r["time_us"])
+        rate = int(batch) / us * 1e6
+        if fmt == "bf16":
+            bf16_rate[(shape, ctx)] = rate
+        base = bf16_rate.get((shape, ctx), float("nan"))
+        print(f"{shape:12s} {int(ctx):6d} {fmt:>6s} {int(batch):5d} | {us:8.1f} {float(r['pct_read_bw']):4.0f} | "
+              f"{rate:9.0f} {rate / base:6.2f}x")
+        if fmt == "bf16" and (shape, ctx, batch) in torch_cap:
+            tu = torch_cap[(shape, ctx, batch)]
+            trate = int(batch) / tu * 1e6
+            print(f"{shape:12s} {int(ctx):6d} {'torch':>6s} {int(batch):5d} | {tu:8.1f} {'':4s} | {trate:9.0f} "
+                  f"{trate / rate:6.2f}x")
 
 
 if __name__ == "__main__":
