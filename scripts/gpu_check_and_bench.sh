@@ -106,7 +106,7 @@ if [[ $MODE == bench || $MODE == all ]]; then
   CAP_FILE=${CAPACITY_POINTS-$ROOT/bench/cuda/capacity_points.txt}
   if [[ -n $CAP_FILE ]]; then
     echo "== benchmark at the memory limit: $CAP_FILE ($(date -u +%H:%M:%S))"
-    CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 {print "--only " $1 " " $2 " " $4}' | sort -u | tr '\n' ' ')
+    CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 {print "--only " $1 " " $2 " " $4}' | awk '!seen[$0]++' | tr '\n' ' ')
     TORCH_CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 && $3 == "bf16" {print "--only " $1 " " $2 " " $4}' \
       | tr '\n' ' ')
     "$BENCH" --csv "$BUILD/cap.csv" $CAP_POINTS >> "$OUT_DIR/bench.log" 2>&1 \
