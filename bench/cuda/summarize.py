@@ -69,11 +69,13 @@ def capacity_table(ours, torch_rows, points_path):
         return
     print("\nAT THE MEMORY LIMIT (batch = concurrent requests that fit, `minimakv plan` with the paper's inputs; "
           "one full-attention layer's decode step; tokens/s = batch / step)")
-    hdr = f"{'shape':12s} {'ctx':>6s} {'format':>6s} {'batch':>5s} | {'step us':>8s} {'%BW':>4s} | {'tokens/s':>9s} {'vs bf16':>7s}"
+    hdr = (f"{'shape':12s} {'ctx':>6s} {'format':>6s} {'batch':>5s} | {'step us':>8s} {'%BW':>4s} | {'tokens/s':>9s} "
+           f"{'vs bf16':>7s} {'vs fp8':>7s}")
     print(hdr)
     print("-" * len(hdr))
     bf16_rate = {}
-    for shape, ctx, fmt, batch in points:
+    fp8_rate = {}
+    for shape, ctx, fmt, batch in points:  # the file lists bf16, fp8, mix per context
         r = ours_us.get((shape, ctx, batch, fmt))
         if r is None:
             print(f"{shape:12s} {int(ctx):6d} {fmt:>6s} {int(batch):5d} | (no row)")
@@ -82,9 +84,12 @@ def capacity_table(ours, torch_rows, points_path):
         rate = int(batch) / us * 1e6
         if fmt == "bf16":
             bf16_rate[(shape, ctx)] = rate
+        if fmt == "fp8":
+            fp8_rate[(shape, ctx)] = rate
         base = bf16_rate.get((shape, ctx), float("nan"))
+        vs_fp8 = f"{rate / fp8_rate[(shape, ctx)]:6.2f}x" if (shape, ctx) in fp8_rate else f"{'':7s}"
         print(f"{shape:12s} {int(ctx):6d} {fmt:>6s} {int(batch):5d} | {us:8.1f} {float(r['pct_read_bw']):4.0f} | "
-              f"{rate:9.0f} {rate / base:6.2f}x")
+              f"{rate:9.0f} {rate / base:6.2f}x {vs_fp8}")
         if fmt == "bf16" and (shape, ctx, batch) in torch_cap:
             tu = torch_cap[(shape, ctx, batch)]
             trate = int(batch) / tu * 1e6
