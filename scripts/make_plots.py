@@ -3,6 +3,8 @@
   capacity.svg     concurrent requests vs context, BF16 / FP8 / Minima-KV (`minimakv plan --json`, the paper's inputs)
   kld_vs_bits.svg  KL divergence vs stored bits per KV value, minimakv modes beside llama.cpp KV types (docs/data/kld.csv)
   gpu_decode.svg   H200 decode-step time vs context per format at batch 8 (newest docs/cuda-bench-v*.csv)
+  gpu_at_memory_limit.svg  H200 decode tokens/s of one layer, each format at the batch the memory budget allows
+                   (the newest CSV's kind "capacity" rows and its torch CSV; bench/cuda/capacity_points.txt)
   gpu_step_parts.svg  where a TQ3 decode step's time goes, session-9 kernels against session-11 ones (per-CTA
                    timelines: bench/cuda/timeline-v23-s11.csv, bench/cuda/timeline-v25.csv)
   niah_depth.svg   passkey accuracy per needle depth and mode (docs/data/niah_answers_*.jsonl, `eval niah --answers-out`)
@@ -148,6 +150,56 @@ STEP_PARTS = [("launch", "#bbbbbb"), ("prologue", "#ff7f0e"), ("key loop (median
               ("epilogue", "#9467bd"), ("ragged end", "#f7b6d2"), ("merge", "#2ca02c")]
 
 
+def plot_gpu_at_memory_limit():
+    path = newest_cuda_csv()
+    points_path = os.path.join(ROOT, "bench", "cuda", "capacity_points.txt")
+    if path is None or not os.path.exists(points_path):
+        print("skip gpu_at_memory_limit.svg: no GPU CSV or capacity points")
+        return
+    with open(path) as f:
+        ours = {(r["context"], r["batch"], r["format"]): float(r["time_us"]) for r in csv.DictReader(f)
+                if r.get("kind") == "capacity"}
+    torch_path = path.replace(".csv", "-torch.csv")
+    torch_us = {}
+    if os.path.exists(torch_path):
+        with open(torch_path) as f:
+            torch_us = {(r["context"], r["batch"]): float(r["time_us"]) for r in csv.DictReader(f)
+                        if r.get("kind") == "capacity_torch_sdpa"}
+    with open(points_path) as f:
+        points = [line.split() for line in f if line.strip() and not line.startswith("#")]
+    contexts = sorted({int(p[1]) for p in points})
+    series = {"torch (bf16)": [], "bf16": [], "fp8": [], "mix": []}
+    for ctx in contexts:
+        batch_of = {p[2]: p[3] for p in points if int(p[1]) == ctx}
+        for name in series:
+            fmt = "bf16" if name == "torch (bf16)" else name
+            batch = batch_of.get(fmt)
+            us = (torch_us.get((str(ctx), batch)) if name == "torch (bf16)" else ours.get((str(ctx), batch, fmt)))
+            series[name].append(int(batch) / us * 1e6 if batch and us else 0.0)
+    if not any(any(v) for v in series.values()):
+        print(f"skip gpu_at_memory_limit.svg: no capacity rows in {os.path.basename(path)}")
+        return
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    width = 0.2
+    colors = {"torch (bf16)": COLORS["torch"], "bf16": COLORS["bf16"], "fp8": COLORS["fp8"], "mix": COLORS["mix"]}
+    for i, (name, values) in enumerate(series.items()):
+        xs = [c + (i - 1.5) * width for c in range(len(contexts))]
+        bars = ax.bar(xs, [v / 1000 for v in values], width, color=colors[name],
+                      label="Minima mix" if name == "mix" else name)
+        for bar, ctx in zip(bars, contexts):
+            fmt = "bf16" if name == "torch (bf16)" else name
+            batch = next((p[3] for p in points if int(p[1]) == ctx and p[2] == fmt), "")
+            ax.annotate(f"b{batch}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=7)
+    ax.set_xticks(range(len(contexts)), [f"{c // 1024}K" for c in contexts])
+    ax.set_xlabel("context tokens (batch = requests that fit the paper's 86.4 GiB budget, minimakv plan)")
+    ax.set_ylabel("decode tokens/s, one layer (thousands)")
+    ax.set_title(f"Qwen3.6-27B layer on the H200 at the memory limit ({os.path.basename(path)})")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    save(fig, "gpu_at_memory_limit.svg")
+
+
 def step_parts(metrics, fmt):
     m = lambda name: metrics[name]  # noqa: E731
     launch = m("flush end -> first partial start")
@@ -225,6 +277,7 @@ def main():
     plot_capacity(args.minimakv)
     plot_kld()
     plot_gpu()
+    plot_gpu_at_memory_limit()
     plot_gpu_step_parts()
     plot_niah()
     return 0
