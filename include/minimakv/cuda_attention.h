@@ -14,7 +14,8 @@
 // Session 16: several query tokens of a sequence run as a larger GQA group of "query rows" (group * query_tokens
 // rows per KV head, token-major inside the KV head), so the K / V pages are read once for all of them (as long as
 // the rows fit one CTA); with query_tokens > 1 a copy kernel puts the queries into that order in the workspace
-// before the partial kernels and another puts the merged outputs back into the caller's [token][head] order.
+// before the partial kernels, and the merge writes each output row back at its caller's [token][head] place
+// (session 17; session 16 had a second copy kernel for that).
 // REQUIRES: head_dim 64, 128 or 256 (64 since v16: one K block of 4 k-steps, not tuned); num_q_heads a multiple of
 // kv_heads; query rows per KV head (num_q_heads / kv_heads * query_tokens) at most 64; page_tokens a multiple of 16
 // (the key tile); every view of one plan shares kv_heads and head_dim.
