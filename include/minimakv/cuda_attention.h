@@ -166,8 +166,7 @@ Status CudaDecodePartials(const CudaDecodePlan& plan, const PagedKvView* views, 
                           void* d_workspace, cudaStream_t stream);
 // CudaDecodeMerge: only the last kernel: merges the partial states already in d_workspace (left there by
 // CudaDecodePartials or CudaDecodeRun with the same plan) into out, as an ordinary launch. With query_tokens > 1 the
-// merge writes virtual-head order into d_workspace and a second ordinary launch copies it into out's [token][head]
-// order.
+// merge writes each row at its place in out's [token][head] order (session 17).
 Status CudaDecodeMerge(const CudaDecodePlan& plan, void* d_workspace, PartialStatesOut out, cudaStream_t stream);
 
 // Diagnostic timeline of a decode step (v19; build switch MINIMAKV_CUDA_TIMELINE=1, off by default: without it the
