@@ -2969,7 +2969,19 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   std::vector<std::vector<CudaWorkItem>> items(num_views);
   std::vector<std::vector<int32_t>> indptr(num_views);
   bool seen[kNumKvFormats] = {};
-  for (int v = 0; v < num_views; ++v) {
+  // Views in launch order (CudaDecodePartialsLaunch): TQ3 first, so that the views after it can be planned into the
+  // slots its CTAs leave free (session 17, below).
+  int plan_order[kCudaMaxViews];
+  int num_ordered = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int v = 0; v < num_views; ++v) {
+      if ((views[v].format == KvFormat::kTq3) == (pass == 0)) plan_order[num_ordered++] = v;
+    }
+  }
+  double free_share = 0.0;     // share of the GPU's CTA slots a one-wave TQ3 view leaves free (0: none)
+  int64_t tq3_chunk_pages = 0;  // that TQ3 view's chunk
+  for (int k = 0; k < num_views; ++k) {
+    const int v = plan_order[k];
     const CudaViewLengths& view = views[v];
     const int f = int(view.format);
     if (f < 0 || f >= kNumKvFormats || seen[f]) {
@@ -3026,21 +3038,42 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     const int64_t min_pages = std::min<int64_t>(max_seq_pages, (kMinChunkTokens + view.page_tokens - 1) / view.page_tokens);
     const double overhead_pages = double(kCtaOverheadTokens) / view.page_tokens;
-    int64_t chunk_pages = max_seq_pages;
-    double best_cost = INFINITY;
-    for (int64_t cp = max_seq_pages; cp >= min_pages; --cp) {
+    auto ctas_of = [&](int64_t cp) {
       int64_t ctas = 0;
-      for (int s = 0; s < shape.num_seqs; ++s) {
-        const int64_t pages = view.page_indptr[s + 1] - view.page_indptr[s];
-        ctas += (pages + cp - 1) / cp;
+      for (int s = 0; s < shape.num_seqs; ++s) ctas += (view.page_indptr[s + 1] - view.page_indptr[s] + cp - 1) / cp;
+      return ctas * row_ctas;
+    };
+    // Session 17: a small view after a one-wave TQ3 view (batch 1: the mix's anchor and recent FP8 pages) takes the
+    // smallest chunk whose CTAs all fit into the slots the TQ3 CTAs leave free, so they run beside the TQ3 wave
+    // instead of after it (planned alone, the FP8 view took the whole GPU's slots and its last CTAs started when
+    // TQ3 CTAs left, a ~3.5 us tail at Qwen 32K b1: docs/cuda-notes.md session 17) -- if that chunk is no longer
+    // than the TQ3 one (else the view would outlast the TQ3 wave).
+    int64_t chunk_pages = 0;
+    const int64_t fit_ctas = int64_t(free_share * double(slots));
+    if (view.format != KvFormat::kTq3 && rows > 0 && fit_ctas >= rows) {
+      for (int64_t cp = min_pages; cp <= std::min(max_seq_pages, tq3_chunk_pages); ++cp) {
+        if (ctas_of(cp) <= fit_ctas) {
+          chunk_pages = cp;
+          free_share -= double(ctas_of(cp)) / double(slots);
+          break;
+        }
       }
-      ctas *= row_ctas;
+    }
+    double best_cost = INFINITY;
+    int64_t best_pages = max_seq_pages;
+    for (int64_t cp = max_seq_pages; chunk_pages == 0 && cp >= min_pages; --cp) {
+      const int64_t ctas = ctas_of(cp);
       const double cost = double((ctas + slots - 1) / slots) * (double(cp) + overhead_pages);
       if (cost < best_cost * 0.999) {  // prefer larger chunks (fewer items) on near-ties
         best_cost = cost;
-        chunk_pages = cp;
+        best_pages = cp;
       }
       if (ctas > 16 * slots) break;  // smaller chunks only add waves and merge work
+    }
+    if (chunk_pages == 0) chunk_pages = best_pages;
+    if (view.format == KvFormat::kTq3 && rows > 0 && ctas_of(chunk_pages) <= slots) {  // one wave: room beside it
+      free_share = double(slots - ctas_of(chunk_pages)) / double(slots);
+      tq3_chunk_pages = chunk_pages;
     }
     indptr[v].assign(size_t(shape.num_seqs) + 1, 0);
     for (int s = 0; s < shape.num_seqs; ++s) {
