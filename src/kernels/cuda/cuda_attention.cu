@@ -2980,6 +2980,33 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   }
   double free_share = 0.0;     // share of the GPU's CTA slots a one-wave TQ3 view leaves free (0: none)
   int64_t tq3_chunk_pages = 0;  // that TQ3 view's chunk
+  // The least CTA slots of a TQ3 view (tq3_slots per wave) that the other views need to run all their (sequence, KV
+  // head) rows beside it at once: each view's rows scaled by the two kernels' resident CTAs per SM. Views that are
+  // not valid count nothing here (their checks come when they are planned).
+  auto demand_beside_tq3 = [&](int64_t tq3_slots, int64_t* demand) -> Status {
+    *demand = 0;
+    for (int k = 1; k < num_views; ++k) {
+      const CudaViewLengths& other = views[plan_order[k]];
+      if (int(other.format) < 0 || int(other.format) >= kNumKvFormats || other.format == KvFormat::kTq3 ||
+          other.page_indptr == nullptr) {
+        continue;
+      }
+      const int other_head_ctas = (group + MaxCtaHeads(other.format, shape.head_dim) - 1) /
+                                  MaxCtaHeads(other.format, shape.head_dim);
+      int64_t other_rows = 0;
+      for (int s = 0; s < shape.num_seqs; ++s) other_rows += other.page_indptr[s + 1] > other.page_indptr[s] ? 1 : 0;
+      other_rows *= int64_t(shape.kv_heads) * other_head_ctas;
+      int other_ctas_per_sm = 0;
+      MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
+          other.format, shape.head_dim, (group + other_head_ctas - 1) / other_head_ctas, false, false,
+          [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta, bool kPairedKv>() {
+            return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(&other_ctas_per_sm);
+          }));
+      const int64_t other_slots = int64_t(std::max(1, other_ctas_per_sm)) * sm_count;
+      *demand += (other_rows * tq3_slots + other_slots - 1) / other_slots;
+    }
+    return Status::Ok();
+  };
   for (int k = 0; k < num_views; ++k) {
     const int v = plan_order[k];
     const CudaViewLengths& view = views[v];
@@ -3072,6 +3099,18 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     }
     if (chunk_pages == 0) chunk_pages = best_pages;
     if (view.format == KvFormat::kTq3 && rows > 0 && ctas_of(chunk_pages) <= slots) {  // one wave: room beside it
+      // Where the wave leaves too few free slots for the small views after it (128K batch 1: all 264), take a
+      // chunk up to 10% longer that leaves them enough (a few slots; not at batch >= 8, whose FP8 rows need more).
+      int64_t demand = 0;
+      MINIMAKV_RETURN_IF_ERROR(demand_beside_tq3(slots, &demand));
+      if (demand > 0 && slots - ctas_of(chunk_pages) < demand && 16 * demand <= slots) {
+        for (int64_t cp = chunk_pages + 1; cp <= max_seq_pages && 10 * cp <= 11 * chunk_pages; ++cp) {
+          if (ctas_of(cp) <= slots - demand) {
+            chunk_pages = cp;
+            break;
+          }
+        }
+      }
       free_share = double(slots - ctas_of(chunk_pages)) / double(slots);
       tq3_chunk_pages = chunk_pages;
     }

@@ -803,11 +803,12 @@ void TestPlanErrors() {
   // Session 17: after a one-wave TQ3 view, a small FP8 view (the Minima mix's anchor + recent pages at batch 1) is
   // planned into the slots the TQ3 CTAs leave free: fewer, longer FP8 items than planned alone, no longer than the
   // TQ3 chunk; at batch 8 (32 FP8 rows, more than the free slots) the FP8 plan is the one it gets alone.
-  auto check_beside = [&](int num_seqs, bool expect_fewer) {
+  // At 128K the TQ3 wave alone would fill every slot; the plan takes a slightly longer TQ3 chunk to leave room.
+  auto check_beside = [&](int num_seqs, int tq3_pages, bool expect_fewer) {
     std::vector<int32_t> tq3_indptr(size_t(num_seqs) + 1), fp8_indptr(size_t(num_seqs) + 1);
     std::vector<int32_t> full_last(size_t(num_seqs), 64);
     for (int s = 0; s <= num_seqs; ++s) {
-      tq3_indptr[size_t(s)] = 496 * s;  // Qwen 32K: 31,744 TQ3 tokens and 1,280 FP8 tokens per sequence
+      tq3_indptr[size_t(s)] = tq3_pages * s;  // Qwen 32K: 496 pages of TQ3, 20 of FP8 (1,280 tokens) per sequence
       fp8_indptr[size_t(s)] = 20 * s;
     }
     const CudaViewLengths mix[2] = {{KvFormat::kFp8, 64, fp8_indptr.data(), full_last.data()},
@@ -818,13 +819,14 @@ void TestPlanErrors() {
                     CudaDecodePlan::Create(shape, mix, 1, 132, &alone).ok();
     const int fp8_items = ok ? plan.view_items(0) : -1;
     const int fp8_alone = ok ? alone.view_items(0) : -1;
-    const bool chunk_ok = ok && 20 * num_seqs * plan.view_items(1) <= 496 * num_seqs * fp8_items;
+    const bool chunk_ok = ok && 20 * plan.view_items(1) <= tq3_pages * fp8_items;
     CHECK(ok && (expect_fewer ? fp8_items < fp8_alone && chunk_ok : fp8_items == fp8_alone),
           "%d seqs: FP8 items %d beside TQ3 (%d items), %d alone (expected %s)", num_seqs, fp8_items,
           ok ? plan.view_items(1) : -1, fp8_alone, expect_fewer ? "fewer, chunk <= TQ3's" : "the same");
   };
-  check_beside(1, true);
-  check_beside(8, false);
+  check_beside(1, 496, true);
+  check_beside(8, 496, false);
+  check_beside(1, 2028, true);  // 128K
   CudaViewLengths odd{KvFormat::kFp8, 24, indptr, last};
   CHECK(!CudaDecodePlan::Create({1, 8, 4, 128, 0.1f, 0}, &odd, 1, 132, &plan).ok(), "page_tokens 24 accepted");
   const int32_t bad_last[1] = {17};
