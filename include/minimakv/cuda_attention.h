@@ -93,7 +93,7 @@ class CudaDecodePlan {
   // left out). sm_count: multiprocessors of the device (cudaDevAttrMultiProcessorCount). The split fills whole
   // waves of resident CTAs (queried from the current device: Create calls the CUDA runtime, no stream work); a small
   // view after a one-wave TQ3 view (the mix's FP8 pages at batch 1) is split to fit the slots the TQ3 CTAs leave
-  // free (session 17).
+  // free, the TQ3 chunk made up to 10% longer where the wave would leave too few (session 17).
   static Status Create(const CudaDecodeShape& shape, const CudaViewLengths* views, int num_views, int sm_count,
                        CudaDecodePlan* out);
 
