@@ -2775,6 +2775,20 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) MergeRowKernel(MergeParams
 constexpr bool HasTwoHeadTiles(KvFormat format, int head_dim) {
   return kTwoHeadTiles && (format == KvFormat::kBf16 ? kBf16TwoHeadTiles : head_dim <= 128);
 }
+// The step's launch order of its views (v25: TQ3 first; TQ3 last measured 1-4% slower for the mix): the plan
+// splits the views in this order too (session 17: later views fit beside a one-wave TQ3 view). format_of(v) gives
+// view v's format; returns the number of views ordered (num_views).
+template <typename FormatOf>
+int TqFirstOrder(int num_views, FormatOf format_of, int (&order)[kCudaMaxViews]) {
+  int num_ordered = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int v = 0; v < num_views; ++v) {
+      if ((format_of(v) == KvFormat::kTq3) == (pass == 0)) order[num_ordered++] = v;
+    }
+  }
+  return num_ordered;
+}
+
 constexpr int MaxCtaHeads(KvFormat format, int head_dim) {
   return HasTwoHeadTiles(format, head_dim) ? 2 * kMaxGroup : kMaxGroup;
 }
@@ -2972,12 +2986,28 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
   // Views in launch order (CudaDecodePartialsLaunch): TQ3 first, so that the views after it can be planned into the
   // slots its CTAs leave free (session 17, below).
   int plan_order[kCudaMaxViews];
-  int num_ordered = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int v = 0; v < num_views; ++v) {
-      if ((views[v].format == KvFormat::kTq3) == (pass == 0)) plan_order[num_ordered++] = v;
-    }
-  }
+  TqFirstOrder(num_views, [&](int v) { return views[v].format; }, plan_order);
+  // A view's (sequence, KV head) rows with work, before the CTAs per row; and the CTA slots of one wave of a partial
+  // kernel (its resident CTAs per SM x SMs). Shared by the split below and by demand_beside_tq3.
+  auto head_ctas_of = [&](KvFormat format) {  // CTAs per KV head: the group split into CTAs of near-equal size
+    const int max_cta_heads = MaxCtaHeads(format, shape.head_dim);
+    return (group + max_cta_heads - 1) / max_cta_heads;
+  };
+  auto seqs_with_work = [&](const CudaViewLengths& view) {
+    int64_t seqs = 0;
+    for (int s = 0; s < shape.num_seqs; ++s) seqs += view.page_indptr[s + 1] > view.page_indptr[s] ? 1 : 0;
+    return seqs;
+  };
+  auto wave_slots = [&](KvFormat format, int cta_heads, bool wide, bool paired, int64_t* slots) -> Status {
+    int ctas_per_sm = 0;
+    MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
+        format, shape.head_dim, cta_heads, wide, paired,
+        [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta, bool kPairedKv>() {
+          return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(&ctas_per_sm);
+        }));
+    *slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
+    return Status::Ok();
+  };
   double free_share = 0.0;     // share of the GPU's CTA slots a one-wave TQ3 view leaves free (0: none)
   int64_t tq3_chunk_pages = 0;  // that TQ3 view's chunk
   // The least CTA slots of a TQ3 view (tq3_slots per wave) that the other views need to run all their (sequence, KV
@@ -2991,18 +3021,11 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
           other.page_indptr == nullptr) {
         continue;
       }
-      const int other_head_ctas = (group + MaxCtaHeads(other.format, shape.head_dim) - 1) /
-                                  MaxCtaHeads(other.format, shape.head_dim);
-      int64_t other_rows = 0;
-      for (int s = 0; s < shape.num_seqs; ++s) other_rows += other.page_indptr[s + 1] > other.page_indptr[s] ? 1 : 0;
-      other_rows *= int64_t(shape.kv_heads) * other_head_ctas;
-      int other_ctas_per_sm = 0;
-      MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
-          other.format, shape.head_dim, (group + other_head_ctas - 1) / other_head_ctas, false, false,
-          [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta, bool kPairedKv>() {
-            return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(&other_ctas_per_sm);
-          }));
-      const int64_t other_slots = int64_t(std::max(1, other_ctas_per_sm)) * sm_count;
+      const int other_head_ctas = head_ctas_of(other.format);
+      const int64_t other_rows = seqs_with_work(other) * shape.kv_heads * other_head_ctas;
+      int64_t other_slots = 0;
+      MINIMAKV_RETURN_IF_ERROR(
+          wave_slots(other.format, (group + other_head_ctas - 1) / other_head_ctas, false, false, &other_slots));
       *demand += (other_rows * tq3_slots + other_slots - 1) / other_slots;
     }
     return Status::Ok();
@@ -3028,8 +3051,7 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     // CTA: 12 -> 6 + 6, 9 -> 5 + 4), each reading the KV head's pages once more (L2 absorbs part of it: the CTAs
     // are adjacent in the grid). v17: BF16, and FP8 / TQ3 at d <= 128, take up to 16 heads per CTA (two MMA head
     // tiles, one read): groups 9-16 are one CTA, larger ones split by 16 (24 -> 12 + 12, 64 -> 4 x 16).
-    const int max_cta_heads = MaxCtaHeads(view.format, shape.head_dim);
-    plan.head_ctas_[v] = (group + max_cta_heads - 1) / max_cta_heads;
+    plan.head_ctas_[v] = head_ctas_of(view.format);
     plan.cta_heads_[v] = (group + plan.head_ctas_[v] - 1) / plan.head_ctas_[v];
     if (view.page_indptr[0] != 0) return Status::InvalidArgument("view page_indptr[0] must be 0");
     for (int s = 0; s < shape.num_seqs; ++s) {
@@ -3047,18 +3069,11 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     // CTAs per (sequence, chunk): one per head tile of each KV head, or one per KV head pair.
     const int64_t row_ctas =
         plan.paired_[v] ? int64_t(shape.kv_heads / 2) : int64_t(shape.kv_heads) * plan.head_ctas_[v];
-    int64_t rows = 0;  // (sequence, KV head) rows with work
-    for (int s = 0; s < shape.num_seqs; ++s) rows += view.page_indptr[s + 1] > view.page_indptr[s] ? 1 : 0;
-    rows *= row_ctas;
+    const int64_t rows = seqs_with_work(view) * row_ctas;  // (sequence, KV head) rows with work, in CTAs
     plan.wide_[v] = !plan.paired_[v] &&
                     UseWideTq3(shape.tq3_ctas, view.format, shape.head_dim, plan.cta_heads_[v], rows, sm_count);
-    int ctas_per_sm = 0;
-    MINIMAKV_RETURN_IF_ERROR(WithPartialKernel(
-        view.format, shape.head_dim, plan.cta_heads_[v], plan.wide_[v], plan.paired_[v],
-        [&]<KvFormat kFormat, int kHeadDim, int kHeadTiles, bool kWideCta, bool kPairedKv>() {
-          return PartialOccupancy<kFormat, kHeadDim, kHeadTiles, kWideCta, kPairedKv>(&ctas_per_sm);
-        }));
-    const int64_t slots = int64_t(std::max(1, ctas_per_sm)) * sm_count;
+    int64_t slots = 0;
+    MINIMAKV_RETURN_IF_ERROR(wave_slots(view.format, plan.cta_heads_[v], plan.wide_[v], plan.paired_[v], &slots));
     int64_t max_seq_pages = 1;
     for (int s = 0; s < shape.num_seqs; ++s) {
       max_seq_pages = std::max<int64_t>(max_seq_pages, view.page_indptr[s + 1] - view.page_indptr[s]);
@@ -3079,9 +3094,10 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
     const int64_t fit_ctas = int64_t(free_share * double(slots));
     if (view.format != KvFormat::kTq3 && rows > 0 && fit_ctas >= rows) {
       for (int64_t cp = min_pages; cp <= std::min(max_seq_pages, tq3_chunk_pages); ++cp) {
-        if (ctas_of(cp) <= fit_ctas) {
+        const int64_t ctas = ctas_of(cp);
+        if (ctas <= fit_ctas) {
           chunk_pages = cp;
-          free_share -= double(ctas_of(cp)) / double(slots);
+          free_share -= double(ctas) / double(slots);
           break;
         }
       }
@@ -3098,20 +3114,23 @@ Status CudaDecodePlan::Create(const CudaDecodeShape& shape, const CudaViewLength
       if (ctas > 16 * slots) break;  // smaller chunks only add waves and merge work
     }
     if (chunk_pages == 0) chunk_pages = best_pages;
-    if (view.format == KvFormat::kTq3 && rows > 0 && ctas_of(chunk_pages) <= slots) {  // one wave: room beside it
+    int64_t tq3_ctas = view.format == KvFormat::kTq3 && rows > 0 ? ctas_of(chunk_pages) : 0;
+    if (tq3_ctas > 0 && tq3_ctas <= slots) {  // one TQ3 wave: room beside it
       // Where the wave leaves too few free slots for the small views after it (128K batch 1: all 264), take a
       // chunk up to 10% longer that leaves them enough (a few slots; not at batch >= 8, whose FP8 rows need more).
       int64_t demand = 0;
       MINIMAKV_RETURN_IF_ERROR(demand_beside_tq3(slots, &demand));
-      if (demand > 0 && slots - ctas_of(chunk_pages) < demand && 16 * demand <= slots) {
+      if (demand > 0 && slots - tq3_ctas < demand && 16 * demand <= slots) {
         for (int64_t cp = chunk_pages + 1; cp <= max_seq_pages && 10 * cp <= 11 * chunk_pages; ++cp) {
-          if (ctas_of(cp) <= slots - demand) {
+          const int64_t ctas = ctas_of(cp);
+          if (ctas <= slots - demand) {
             chunk_pages = cp;
+            tq3_ctas = ctas;
             break;
           }
         }
       }
-      free_share = double(slots - ctas_of(chunk_pages)) / double(slots);
+      free_share = double(slots - tq3_ctas) / double(slots);
       tq3_chunk_pages = chunk_pages;
     }
     indptr[v].assign(size_t(shape.num_seqs) + 1, 0);
@@ -3224,12 +3243,7 @@ Status CudaDecodePartialsLaunch(const CudaDecodePlan& plan, const PagedKvView* v
   }
   bool programmatic = false;  // false for the step's first launch
   int order[kCudaMaxViews];
-  int num_ordered = 0;
-  for (int pass = 0; pass < 2; ++pass) {  // TQ3 views first (v25: TQ3 last measured 1-4% slower for the mix)
-    for (int v = 0; v < num_views; ++v) {
-      if ((views[v].layout.format == KvFormat::kTq3) == (pass == 0)) order[num_ordered++] = v;
-    }
-  }
+  const int num_ordered = TqFirstOrder(num_views, [&](int v) { return views[v].layout.format; }, order);
   for (int k = 0; k < num_ordered; ++k) {
     const int v = order[k];
     const PagedKvView& view = views[v];
@@ -3361,18 +3375,15 @@ Status CudaDecodeMergeLaunch(const CudaDecodePlan& plan, void* d_workspace, Part
       error = few ? LaunchKernel(MergeRowKernel<64, kFew>, grid, block, 0, stream, programmatic, merge)
                   : LaunchKernel(MergeRowKernel<64, kMany>, grid, block, 0, stream, programmatic, merge);
     }
-    MINIMAKV_RETURN_IF_ERROR(CudaError(error, "merge kernel launch"));
-  } else {
-    const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
-    const dim3 grid(row_blocks);
-    const dim3 block(kMergeWarps * kWarpSize);
-    MINIMAKV_RETURN_IF_ERROR(CudaError(
-        shape.head_dim == 256   ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
-        : shape.head_dim == 128 ? LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge)
-                                : LaunchKernel(MergeKernel<64>, grid, block, 0, stream, programmatic, merge),
-        "merge kernel launch"));
+    return CudaError(error, "merge kernel launch");
   }
-  return Status::Ok();
+  const unsigned row_blocks = unsigned((rows + kMergeWarps - 1) / kMergeWarps);
+  const dim3 grid(row_blocks);
+  const dim3 block(kMergeWarps * kWarpSize);
+  return CudaError(shape.head_dim == 256   ? LaunchKernel(MergeKernel<256>, grid, block, 0, stream, programmatic, merge)
+                   : shape.head_dim == 128 ? LaunchKernel(MergeKernel<128>, grid, block, 0, stream, programmatic, merge)
+                                           : LaunchKernel(MergeKernel<64>, grid, block, 0, stream, programmatic, merge),
+                   "merge kernel launch");
 }
 
 }  // namespace minimakv
