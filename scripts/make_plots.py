@@ -168,15 +168,15 @@ def plot_gpu_at_memory_limit():
     with open(points_path) as f:
         points = [line.split() for line in f if line.strip() and not line.startswith("#")]
     contexts = sorted({int(p[1]) for p in points})
-    series = {"torch (bf16)": [], "bf16": [], "fp8": [], "mix": []}
+    series = {"torch (bf16)": [], "bf16": [], "fp8": [], "mix": []}  # per context: (tokens/s, batch)
     for ctx in contexts:
         batch_of = {p[2]: p[3] for p in points if int(p[1]) == ctx}
         for name in series:
             fmt = "bf16" if name == "torch (bf16)" else name
             batch = batch_of.get(fmt)
             us = (torch_us.get((str(ctx), batch)) if name == "torch (bf16)" else ours.get((str(ctx), batch, fmt)))
-            series[name].append(int(batch) / us * 1e6 if batch and us else 0.0)
-    if not any(any(v) for v in series.values()):
+            series[name].append((int(batch) / us * 1e6 if batch and us else 0.0, batch or ""))
+    if not any(rate for values in series.values() for rate, _ in values):
         print(f"skip gpu_at_memory_limit.svg: no capacity rows in {os.path.basename(path)}")
         return
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
@@ -184,11 +184,9 @@ def plot_gpu_at_memory_limit():
     colors = {"torch (bf16)": COLORS["torch"], "bf16": COLORS["bf16"], "fp8": COLORS["fp8"], "mix": COLORS["mix"]}
     for i, (name, values) in enumerate(series.items()):
         xs = [c + (i - 1.5) * width for c in range(len(contexts))]
-        bars = ax.bar(xs, [v / 1000 for v in values], width, color=colors[name],
+        bars = ax.bar(xs, [rate / 1000 for rate, _ in values], width, color=colors[name],
                       label="Minima mix" if name == "mix" else name)
-        for bar, ctx in zip(bars, contexts):
-            fmt = "bf16" if name == "torch (bf16)" else name
-            batch = next((p[3] for p in points if int(p[1]) == ctx and p[2] == fmt), "")
+        for bar, (_, batch) in zip(bars, values):
             ax.annotate(f"b{batch}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                         va="bottom", fontsize=7)
     ax.set_xticks(range(len(contexts)), [f"{c // 1024}K" for c in contexts])
