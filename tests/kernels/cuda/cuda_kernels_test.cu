@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "minimakv/bf16_codec.h"
@@ -160,6 +163,22 @@ void DecodeFrom(const PageLayout& layout, const HadamardRotation* rotation, cons
       return;
     }
   }
+}
+
+// Runs fn(0) .. fn(n - 1) on all host cores. The decode cases' host work (drawing and encoding the pages, the fp64
+// reference) took ~90% of this program's 3 minutes on one core (session 18: 192 s plain, 236 s under memcheck, of a
+// 600 s device call); each index writes only its own outputs.
+template <typename Fn>
+void ParallelFor(int n, const Fn& fn) {
+  const int workers = std::max(1, std::min<int>(n, int(std::thread::hardware_concurrency())));
+  std::atomic<int> next{0};
+  auto work = [&] {
+    for (int i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
 }
 
 size_t FirstMismatch(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -446,7 +465,10 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
     name += " fixed";
   }
   std::vector<HostView> views(c.formats.size());
-  std::vector<float> x(d);
+  // Each page draws its K/V from its own engine, seeded from rng in a fixed order, so the pages are the same whatever
+  // the number of host threads that fill them.
+  std::vector<std::pair<int, int>> fills;  // (view, position in its page list)
+  std::vector<uint64_t> fill_seeds;
   for (size_t f = 0; f < c.formats.size(); ++f) {
     HostView& v = views[f];
     v.layout = PageLayout{c.formats[f], c.kv_heads, d, c.page_tokens};
@@ -463,23 +485,34 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
       const int n = tokens[f][s];
       const int pages = (n + c.page_tokens - 1) / c.page_tokens;
       for (int p = 0; p < pages; ++p) {
-        const int id = free_ids[next++];
-        v.ids.push_back(id);
-        const int valid = p == pages - 1 ? n - p * c.page_tokens : c.page_tokens;
-        for (int tok = 0; tok < valid; ++tok) {
-          for (int h = 0; h < c.kv_heads; ++h) {
-            for (int kv = 0; kv < 2; ++kv) {
-              // Per-token magnitudes over 3 decades (1e-2 .. 10): attention logits up to a few tens.
-              RandomVector(rng, d, x.data(), true, -2.0f, 1.0f);
-              STATUS_OK(EncodeInto(v.layout, &rotation, v.image.data() + size_t(id) * v.layout.page_bytes(), h,
-                                   tok, kv == 1, x.data()));
-            }
-          }
-        }
+        fills.emplace_back(int(f), int(v.ids.size()));
+        fill_seeds.push_back(rng());
+        v.ids.push_back(free_ids[next++]);
       }
       v.indptr.push_back(int32_t(v.ids.size()));
       v.last.push_back(n == 0 ? 0 : n - (pages - 1) * c.page_tokens);
     }
+  }
+  // Each fill writes its own page's bytes.
+  ParallelFor(int(fills.size()), [&](int index) {
+    HostView& v = views[fills[index].first];
+    const int pi = fills[index].second;
+    const int s = int(std::upper_bound(v.indptr.begin(), v.indptr.end(), pi) - v.indptr.begin()) - 1;
+    const int valid = pi == v.indptr[s + 1] - 1 ? v.last[s] : c.page_tokens;
+    uint8_t* page = v.image.data() + size_t(v.ids[pi]) * v.layout.page_bytes();
+    std::mt19937_64 fill_rng(fill_seeds[index]);
+    std::vector<float> x(d);
+    for (int tok = 0; tok < valid; ++tok) {
+      for (int h = 0; h < c.kv_heads; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          // Per-token magnitudes over 3 decades (1e-2 .. 10): attention logits up to a few tens.
+          RandomVector(fill_rng, d, x.data(), true, -2.0f, 1.0f);
+          STATUS_OK(EncodeInto(v.layout, &rotation, page, h, tok, kv == 1, x.data()));
+        }
+      }
+    }
+  });
+  for (HostView& v : views) {
     CUDA_OK(cudaMalloc(&v.d_pages, v.image.size()));
     CUDA_OK(cudaMemcpy(v.d_pages, v.image.data(), v.image.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMalloc(&v.d_indptr, v.indptr.size() * 4));
@@ -598,72 +631,93 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
 
-  // fp64 reference over the same dequantized pages (the repeated steps above are bit-identical to this run).
+  // fp64 reference over the same dequantized pages (the repeated steps above are bit-identical to this run), one
+  // (sequence, KV head) per task; the tasks' sums are added in task order, so the figures do not depend on threads.
+  struct RowStats {
+    double err2 = 0.0, ref2 = 0.0, worst_row = 0.0, worst_lse = 0.0;
+    int nonfinite = 0;
+    int empty_rows = 0;      // query rows of a sequence with no cached token: output zero, LSE -inf
+    int bad_empty_row = -1;  // the first of them that is not
+  };
+  std::vector<RowStats> task_stats(size_t(num_seqs) * c.kv_heads);
+  ParallelFor(int(task_stats.size()), [&](int task) {
+    const int s = task / c.kv_heads;
+    const int kh = task % c.kv_heads;
+    RowStats& st = task_stats[task];
+    // Gather this sequence's dequantized K, V of this KV head (all formats).
+    std::vector<std::vector<float>> keys, vals;
+    for (const HostView& v : views) {
+      for (int pi = v.indptr[s]; pi < v.indptr[s + 1]; ++pi) {
+        const int valid = pi == v.indptr[s + 1] - 1 ? v.last[s] : c.page_tokens;
+        const uint8_t* page = v.image.data() + size_t(v.ids[pi]) * v.layout.page_bytes();
+        for (int tok = 0; tok < valid; ++tok) {
+          keys.emplace_back(d);
+          vals.emplace_back(d);
+          DecodeFrom(v.layout, &rotation, page, kh, tok, false, keys.back().data());
+          DecodeFrom(v.layout, &rotation, page, kh, tok, true, vals.back().data());
+        }
+      }
+    }
+    std::vector<double> ref(d), score(keys.size());
+    for (int qr_index = 0; qr_index < row_group; ++qr_index) {
+      const int t = qr_index / group;
+      const int h = kh * group + qr_index % group;
+      const size_t row = (size_t(s) * tokens_per_seq + t) * c.num_q_heads + h;
+      const float* qr = &q[row * d];
+      const float* gr = &got[row * d];
+      const float gl = got_lse[row];
+      for (int i = 0; i < d; ++i) st.nonfinite += !std::isfinite(gr[i]);
+      if (keys.empty()) {
+        ++st.empty_rows;
+        bool zero = true;
+        for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
+        if (!(zero && gl == -INFINITY) && st.bad_empty_row < 0) st.bad_empty_row = int(row);
+        continue;
+      }
+      double mx = -INFINITY;
+      for (size_t k = 0; k < keys.size(); ++k) {
+        double dot = 0.0;
+        for (int i = 0; i < d; ++i) dot += double(qr[i]) * keys[k][i];
+        score[k] = dot * sm_scale;
+        mx = std::max(mx, score[k]);
+      }
+      double sum = 0.0;
+      double row_scale2 = 0.0;  // sum_k p_k |v_k|^2: the natural scale of a convex combination of the v_k
+      std::fill(ref.begin(), ref.end(), 0.0);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const double w = std::exp(score[k] - mx);
+        sum += w;
+        for (int i = 0; i < d; ++i) {
+          ref[i] += w * vals[k][i];
+          row_scale2 += w * double(vals[k][i]) * vals[k][i];
+        }
+      }
+      double row_err = 0.0, row_ref = 0.0;
+      for (int i = 0; i < d; ++i) {
+        ref[i] /= sum;
+        row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
+        row_ref += ref[i] * ref[i];
+      }
+      row_scale2 /= sum;
+      st.err2 += row_err;
+      st.ref2 += row_ref;
+      if (row_scale2 > 0) st.worst_row = std::max(st.worst_row, std::sqrt(row_err / row_scale2));
+      const double ref_lse = (mx + std::log(sum)) / std::log(2.0);
+      st.worst_lse = std::max(st.worst_lse, std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
+    }
+  });
   double err2 = 0.0, ref2 = 0.0, worst_row = 0.0, worst_lse = 0.0;
   int nonfinite = 0;
-  std::vector<double> ref(d);
-  for (int s = 0; s < num_seqs; ++s) {
-    // Gather this sequence's dequantized K, V per kv head (all formats).
-    for (int kh = 0; kh < c.kv_heads; ++kh) {
-      std::vector<std::vector<float>> keys, vals;
-      for (HostView& v : views) {
-        for (int pi = v.indptr[s]; pi < v.indptr[s + 1]; ++pi) {
-          const int valid = pi == v.indptr[s + 1] - 1 ? v.last[s] : c.page_tokens;
-          const uint8_t* page = v.image.data() + size_t(v.ids[pi]) * v.layout.page_bytes();
-          for (int tok = 0; tok < valid; ++tok) {
-            keys.emplace_back(d);
-            vals.emplace_back(d);
-            DecodeFrom(v.layout, &rotation, page, kh, tok, false, keys.back().data());
-            DecodeFrom(v.layout, &rotation, page, kh, tok, true, vals.back().data());
-          }
-        }
-      }
-      for (int qr_index = 0; qr_index < row_group; ++qr_index) {
-        const int t = qr_index / group;
-        const int h = kh * group + qr_index % group;
-        const size_t row = (size_t(s) * tokens_per_seq + t) * c.num_q_heads + h;
-        const float* qr = &q[row * d];
-        const float* gr = &got[row * d];
-        const float gl = got_lse[row];
-        for (int i = 0; i < d; ++i) nonfinite += !std::isfinite(gr[i]);
-        if (keys.empty()) {
-          bool zero = true;
-          for (int i = 0; i < d; ++i) zero = zero && gr[i] == 0.0f;
-          CHECK(zero && gl == -INFINITY, "%s: empty seq %d head %d: lse %g, out not zero", name.c_str(), s, h, gl);
-          continue;
-        }
-        std::vector<double> score(keys.size());
-        double mx = -INFINITY;
-        for (size_t k = 0; k < keys.size(); ++k) {
-          double dot = 0.0;
-          for (int i = 0; i < d; ++i) dot += double(qr[i]) * keys[k][i];
-          score[k] = dot * sm_scale;
-          mx = std::max(mx, score[k]);
-        }
-        double sum = 0.0;
-        double row_scale2 = 0.0;  // sum_k p_k |v_k|^2: the natural scale of a convex combination of the v_k
-        std::fill(ref.begin(), ref.end(), 0.0);
-        for (size_t k = 0; k < keys.size(); ++k) {
-          const double w = std::exp(score[k] - mx);
-          sum += w;
-          for (int i = 0; i < d; ++i) {
-            ref[i] += w * vals[k][i];
-            row_scale2 += w * double(vals[k][i]) * vals[k][i];
-          }
-        }
-        double row_err = 0.0, row_ref = 0.0;
-        for (int i = 0; i < d; ++i) {
-          ref[i] /= sum;
-          row_err += (gr[i] - ref[i]) * (gr[i] - ref[i]);
-          row_ref += ref[i] * ref[i];
-        }
-        row_scale2 /= sum;
-        err2 += row_err;
-        ref2 += row_ref;
-        if (row_scale2 > 0) worst_row = std::max(worst_row, std::sqrt(row_err / row_scale2));
-        const double ref_lse = (mx + std::log(sum)) / std::log(2.0);
-        worst_lse = std::max(worst_lse, std::fabs(gl - ref_lse) / std::max(1.0, std::fabs(ref_lse)));
-      }
+  for (const RowStats& st : task_stats) {
+    err2 += st.err2;
+    ref2 += st.ref2;
+    worst_row = std::max(worst_row, st.worst_row);
+    worst_lse = std::max(worst_lse, st.worst_lse);
+    nonfinite += st.nonfinite;
+    if (st.empty_rows > 0) {
+      const size_t row = size_t(std::max(0, st.bad_empty_row));
+      CHECK(st.bad_empty_row < 0, "%s: empty sequence, query row %zu: lse %g, out not zero", name.c_str(), row,
+            got_lse[row]);
     }
   }
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
@@ -846,6 +900,7 @@ int main() {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::mt19937_64 rng(20261129);
+  const auto start = std::chrono::steady_clock::now();
 
   std::printf("append\n");
   for (int d : {64, 128, 256}) {
@@ -972,7 +1027,9 @@ int main() {
       }
     }
   }
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%d checks, %d failures (%.1f s, %u host threads)\n", g_checks, g_failures, seconds,
+              std::max(1u, std::thread::hardware_concurrency()));
   if (g_failures == 0) std::printf("ALL CUDA TESTS PASSED\n");
   return g_failures == 0 ? 0 : 1;
 }
