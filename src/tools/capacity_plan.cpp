@@ -1,5 +1,6 @@
 #include "minimakv/capacity_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -16,6 +17,9 @@ constexpr int64_t kBf16BytesPerValue = 2;
 constexpr int64_t kFp8BytesPerValue = 1;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Contexts up to 2^40 tokens; and no request may need more than 2^62 bytes, so every int64 byte count stays exact.
+constexpr int64_t kMaxContextTokens = int64_t(1) << 40;
+constexpr double kMaxRequestBytes = 4611686018427387904.0;  // 2^62
 
 // Pages of one layer holding `tokens` tokens under the policy, and how many of them stay FP8.
 struct LayerPages {
@@ -28,10 +32,12 @@ LayerPages SplitLayerPages(int64_t tokens, const PlanPolicy& policy) {
   if (tokens <= 0) return out;
   const int64_t p = policy.page_tokens;
   out.pages = CeilDiv(tokens, p);
+  // Anchors past the end cover every page (and a huge anchor count would overflow the ceiling division).
+  const int64_t anchor_tokens = std::min(policy.anchor_tokens, tokens);
   // Anchor pages: [0, anchor_end). Recent pages: [recent_begin, pages), i.e. every page holding one of the last
   // recent_tokens tokens. The partly filled tail page (new tokens are appended in FP8) is always among them: with
   // recent_tokens = 0, first_recent_token = tokens and tokens / p is the tail page exactly when it is partial.
-  const int64_t anchor_end = std::min(out.pages, CeilDiv(policy.anchor_tokens, p));
+  const int64_t anchor_end = std::min(out.pages, CeilDiv(anchor_tokens, p));
   const int64_t first_recent_token = std::max<int64_t>(0, tokens - policy.recent_tokens);
   int64_t recent_begin = first_recent_token / p;
   recent_begin = std::max(recent_begin, anchor_end);  // overlapping pages are counted once
@@ -51,8 +57,9 @@ const PaperCapacityRow* FindPaperCapacityRow(int64_t context_tokens) {
 Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const CapacityInputs& inputs,
                     CapacityPlan* plan) {
   MINIMAKV_RETURN_IF_ERROR(CheckModelShape(shape));
-  if (inputs.context_tokens < 1) {
-    return Status::InvalidArgument("context " + std::to_string(inputs.context_tokens) + " must be positive");
+  if (inputs.context_tokens < 1 || inputs.context_tokens > kMaxContextTokens) {
+    return Status::InvalidArgument("context " + std::to_string(inputs.context_tokens) +
+                                   " must be positive and at most 2^40 tokens");
   }
   if (policy.anchor_tokens < 0) {
     return Status::InvalidArgument("anchor tokens " + std::to_string(policy.anchor_tokens) + " must be >= 0");
@@ -75,6 +82,20 @@ Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const Cap
   Status layout_status = CheckPageLayout(fp8_layout);
   if (!layout_status.ok()) return Status::InvalidArgument("Minima-KV pages: " + layout_status.message());
 
+  // Checked in floating point before any int64 product: the BF16 bytes, or the Minima pages (a page of slack per
+  // layer, which a short context with large pages can make the larger of the two).
+  const double kv_layers = double(shape.full_attention_layers) + double(shape.sliding_attention_layers);
+  const double bf16_bound = double(inputs.context_tokens) * kv_layers * double(kKvTensorsPerLayer) *
+                            double(shape.kv_heads) * double(shape.head_dim) * double(kBf16BytesPerValue);
+  const double page_bound = double(CeilDiv(inputs.context_tokens, policy.page_tokens)) * kv_layers *
+                            (double(fp8_layout.page_bytes()) + double(sizeof(PageRef)));
+  if (bf16_bound > kMaxRequestBytes || page_bound > kMaxRequestBytes) {
+    return Status::InvalidArgument("context " + std::to_string(inputs.context_tokens) + " over " +
+                                   std::to_string(int64_t(kv_layers)) + " KV layers of " +
+                                   std::to_string(shape.kv_heads) + " x " + std::to_string(shape.head_dim) +
+                                   " with " + std::to_string(policy.page_tokens) +
+                                   "-token pages needs more than 2^62 bytes per request");
+  }
   CapacityPlan p;
   p.shape = shape;
   p.policy = policy;

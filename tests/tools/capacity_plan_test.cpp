@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "minimakv/block_table.h"
@@ -181,6 +182,43 @@ TEST(CapacityPlan, BadInputsNameTheValue) {
   ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.budget_gib = 10, .weights_gib = 20}, &p).ok());
   EXPECT_EQ(p.bf16.concurrency, 0);
   EXPECT_EQ(p.minima.concurrency, 0);
+}
+
+// Contexts and windows near int64's limits: a clear error (or, for anchors past the end, every page FP8) instead of
+// int64 overflow in the byte counts (was: `minimakv plan --context 9223372036854775807` printed garbage, and
+// UBSan stopped it at the token-layer product).
+TEST(CapacityPlan, HugeContextsAreRefusedInsteadOfOverflowing) {
+  ModelShape shape;
+  ASSERT_TRUE(ModelShapeFromPreset("qwen3.6-27b", &shape).ok());
+  CapacityPlan p;
+  for (int64_t context : {std::numeric_limits<int64_t>::max(), int64_t(1) << 41, (int64_t(1) << 40) + 1}) {
+    const Status s = PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.context_tokens = context}, &p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << context;
+    EXPECT_NE(s.message().find("context " + std::to_string(context)), std::string::npos) << s.message();
+  }
+  // 2^40 tokens is in range, but not for a million layers of 256 x 256 heads.
+  ModelShape wide = shape;
+  wide.num_layers = wide.full_attention_layers = 1 << 20;
+  wide.q_heads = wide.kv_heads = 256;
+  Status s = PlanCapacity(wide, PlanPolicy{}, CapacityInputs{.context_tokens = int64_t(1) << 40}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("2^62 bytes"), std::string::npos) << s.message();
+  // One token, but 65536-token pages (2^33 bytes each) over 2^31 - 1 layers: the tail pages' slack alone is
+  // beyond 2^62 bytes.
+  wide.num_layers = wide.full_attention_layers = std::numeric_limits<int>::max();
+  s = PlanCapacity(wide, PlanPolicy{.page_tokens = 65536}, CapacityInputs{.context_tokens = 1}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("65536-token pages"), std::string::npos) << s.message();
+  // The largest context is planned exactly.
+  ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.context_tokens = int64_t(1) << 40}, &p).ok());
+  EXPECT_EQ(p.minima_pages.pages_per_layer, (int64_t(1) << 40) / 64);
+  EXPECT_EQ(p.bf16.kv_bytes_per_request, (int64_t(1) << 40) * 16 * 2 * 4 * 256 * 2);
+  // Anchors beyond any context: every page stays FP8.
+  const PlanPolicy all_anchor{.anchor_tokens = std::numeric_limits<int64_t>::max()};
+  ASSERT_TRUE(PlanCapacity(shape, all_anchor, CapacityInputs{.context_tokens = 32768}, &p).ok());
+  EXPECT_EQ(p.minima_pages.pages_per_layer, 512);
+  EXPECT_EQ(p.minima_pages.fp8_pages_per_layer, 512);
+  EXPECT_EQ(p.minima_pages.tq3_pages_per_layer, 0);
 }
 
 TEST(ModelShapeFromHfConfig, QwenNestedTextConfigWithInterval) {
