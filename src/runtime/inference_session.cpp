@@ -188,9 +188,15 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
     cc.kv_heads = c.num_kv_heads;
     cc.head_dim = c.head_dim;
     cc.page_tokens = options.page_tokens;
-    // Pages for max_tokens per layer, one spare for the partly-filled page.
-    const size_t pages = size_t((s->options_.max_tokens + options.page_tokens - 1) / options.page_tokens + 1) *
-                         size_t(c.num_layers);
+    // Checked before the page count divides by it (PagedCache::Create would say the same, but only later).
+    if (options.page_tokens < 1 || options.page_tokens > 65536) {
+      return Status::InvalidArgument("SessionOptions.page_tokens = " + std::to_string(options.page_tokens) +
+                                     " must be in [1, 65536]");
+    }
+    // Pages for max_tokens per layer, one spare for the partly-filled page (int64: max_tokens may be INT_MAX).
+    const int64_t pages_per_layer =
+        (int64_t(s->options_.max_tokens) + options.page_tokens - 1) / options.page_tokens + 1;
+    const size_t pages = size_t(pages_per_layer) * size_t(c.num_layers);
     auto page_bytes = [&](KvFormat f) {
       PageLayout l;
       l.format = f;

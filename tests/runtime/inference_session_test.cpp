@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 #include "minimakv/llama_model.h"
@@ -248,6 +249,31 @@ TEST_F(TinyModel, RejectsBadTokensAndOverflow) {
   EXPECT_EQ(s->num_past(), 0);
   KvMode mode;
   EXPECT_EQ(ParseKvMode("fp4", &mode).code(), StatusCode::kInvalidArgument);
+}
+
+// A page size the cache cannot take is an error naming it, before anything divides by it (was: page_tokens 0
+// stopped the process with SIGFPE in InferenceSession::Create; `minimakv run --page-tokens 0` did).
+TEST_F(TinyModel, BadPageTokensAreRefusedBeforeUse) {
+  for (KvMode mode : {KvMode::kBf16, KvMode::kFp8, KvMode::kMinima}) {
+    for (int page_tokens : {0, -1, 65537, std::numeric_limits<int>::max()}) {
+      SessionOptions o;
+      o.mode = mode;
+      o.max_tokens = 256;
+      o.page_tokens = page_tokens;
+      std::unique_ptr<InferenceSession> s;
+      const Status st = InferenceSession::Create(model_.get(), o, &s);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << KvModeName(mode) << " " << page_tokens;
+      EXPECT_NE(st.message().find("page_tokens = " + std::to_string(page_tokens)), std::string::npos) << st.message();
+      EXPECT_EQ(s, nullptr);
+    }
+  }
+  // The dense mode has no pages: its page_tokens is not used.
+  SessionOptions o;
+  o.mode = KvMode::kDense;
+  o.max_tokens = 256;
+  o.page_tokens = 0;
+  std::unique_ptr<InferenceSession> s;
+  EXPECT_TRUE(InferenceSession::Create(model_.get(), o, &s).ok());
 }
 
 // With 2 threads the cache part of attention is split into page ranges (one AttendMixedCpu per thread, LSE
