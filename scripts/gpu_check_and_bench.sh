@@ -85,14 +85,39 @@ if [[ $MODE == tests || $MODE == all ]]; then
   fi
 fi
 
+# Session 18: the SM clock, power and clock-event reasons sampled every 100 ms during each benchmark phase (the TQ3
+# kernel's step times follow the clock that power management holds: docs/cuda-notes.md v26, session 18), appended
+# to $OUT/clocks.csv as "phase, values"; bench/cuda/clock_summary.py prints them per phase after the tables.
+CLOCK_FIELDS=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+nvidia-smi --query-gpu=$CLOCK_FIELDS --format=csv,noheader,nounits > /dev/null 2>&1 \
+  || CLOCK_FIELDS=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active
+clock_pid=""
+clock_phase=""
+start_clocks() {  # $1: phase name
+  clock_phase=$1
+  nvidia-smi --query-gpu=$CLOCK_FIELDS --format=csv,noheader,nounits -lms 100 > "$BUILD/clocks.tmp" 2> /dev/null &
+  clock_pid=$!
+}
+stop_clocks() {
+  [[ -z $clock_pid ]] && return
+  kill "$clock_pid" 2> /dev/null
+  wait "$clock_pid" 2> /dev/null
+  sed "s/^/$clock_phase, /" "$BUILD/clocks.tmp" >> "$OUT_DIR/clocks.csv"
+  clock_pid=""
+}
+
 if [[ $MODE == bench || $MODE == all ]]; then
   echo "== benchmark ($(date -u +%H:%M:%S))"
+  rm -f "$OUT_DIR/clocks.csv"
+  start_clocks decode
   "$BENCH" --csv "$OUT_DIR/decode_bench.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" | grep -v "^qwen\|^llama"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
   if [[ -f "$ROOT/bench/cuda/torch_sdpa_bench.py" && -z ${SKIP_TORCH:-} ]]; then
     PYTHONUNBUFFERED=1 python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$OUT_DIR/torch_sdpa.csv" ${BENCH_ARGS:-} \
       > "$OUT_DIR/torch.log" 2>&1 || { tail -20 "$OUT_DIR/torch.log"; status=1; }
   fi
+  stop_clocks
+  start_clocks query_tokens
   QT_POINTS="--only llama3-8b 32768 8 --only qwen3.6-27b 32768 8"
   for tokens in ${QUERY_TOKENS-2 4}; do
     echo "== benchmark, $tokens query tokens per sequence ($(date -u +%H:%M:%S))"
@@ -103,9 +128,11 @@ if [[ $MODE == bench || $MODE == all ]]; then
         >> "$OUT_DIR/torch.log" 2>&1 && tail -n +2 "$BUILD/qt-torch.csv" >> "$OUT_DIR/torch_sdpa.csv" || status=1
     fi
   done
+  stop_clocks
   CAP_FILE=${CAPACITY_POINTS-$ROOT/bench/cuda/capacity_points.txt}
   if [[ -n $CAP_FILE ]]; then
     echo "== benchmark at the memory limit: $CAP_FILE ($(date -u +%H:%M:%S))"
+    start_clocks memory_limit
     CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 {print "--only " $1 " " $2 " " $4}' | awk '!seen[$0]++' | tr '\n' ' ')
     TORCH_CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 && $3 == "bf16" {print "--only " $1 " " $2 " " $4}' \
       | tr '\n' ' ')
@@ -117,6 +144,7 @@ if [[ $MODE == bench || $MODE == all ]]; then
         && tail -n +2 "$BUILD/cap-torch.csv" | sed 's/^torch_sdpa,/capacity_torch_sdpa,/' >> "$OUT_DIR/torch_sdpa.csv" \
         || status=1
     fi
+    stop_clocks
   fi
 fi
 if [[ -n ${PROFILE:-} ]]; then  # PROFILE="qwen3.6-27b 65536 8 2": ncu on the partial kernel of format 2 (0 bf16, 1 fp8, 2 tq3)
@@ -129,5 +157,8 @@ echo "== done ($(date -u +%H:%M:%S)) status=$status (tests: plain rc=${test_rc:-
 if [[ ($MODE == bench || $MODE == all) && -f "$OUT_DIR/decode_bench.csv" ]]; then
   python3 "$ROOT/bench/cuda/summarize.py" "$OUT_DIR/decode_bench.csv" "$OUT_DIR/torch_sdpa.csv" \
     "${CAPACITY_POINTS-$ROOT/bench/cuda/capacity_points.txt}" | tee "$OUT_DIR/summary.txt"
+  if [[ -s "$OUT_DIR/clocks.csv" ]]; then
+    python3 "$ROOT/bench/cuda/clock_summary.py" "$OUT_DIR/clocks.csv" | tee -a "$OUT_DIR/summary.txt"
+  fi
 fi
 exit $status
