@@ -17,9 +17,15 @@
 
 namespace minimakv {
 
+// The most threads a call or session may ask for; the entry points that take a thread count (CpuAttentionOptions,
+// SessionOptions, the bench and fidelity tools) refuse more with an InvalidArgument naming the count.
+inline constexpr int kMaxThreads = 4096;
+
 class ThreadPool {
  public:
-  // num_threads counts the calling thread: 1 means no worker threads.
+  // num_threads counts the calling thread: 1 means no worker threads. If the system refuses a thread (a thread
+  // or process limit), the pool keeps the workers it has started and num_threads() says how many threads run:
+  // the loops run on fewer threads instead of the exception ending the process.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

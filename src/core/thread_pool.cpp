@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <system_error>
 
 namespace minimakv {
 namespace {
@@ -15,7 +16,13 @@ constexpr int kSpinIterations = 400;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < num_threads; ++i) {
+    try {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    } catch (const std::system_error&) {
+      break;  // no more threads from the system: run on those started (num_threads() counts them)
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -168,8 +168,9 @@ InferenceSession::~InferenceSession() = default;
 Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& options,
                                 std::unique_ptr<InferenceSession>* out) {
   if (model == nullptr) return Status::InvalidArgument("InferenceSession::Create: null model");
-  if (options.num_threads < 1) {
-    return Status::InvalidArgument("num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  if (options.num_threads < 1 || options.num_threads > kMaxThreads) {
+    return Status::InvalidArgument("num_threads " + std::to_string(options.num_threads) + " must be in [1, " +
+                                   std::to_string(kMaxThreads) + "]");
   }
   std::unique_ptr<InferenceSession> s(new InferenceSession());
   s->options_ = options;

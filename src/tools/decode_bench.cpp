@@ -227,7 +227,10 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
     return Status::InvalidArgument("bench needs at least one context, batch and thread count");
   }
   for (int t : config.threads) {
-    if (t < 1) return Status::InvalidArgument("threads " + std::to_string(t) + " must be >= 1");
+    if (t < 1 || t > kMaxThreads) {
+      return Status::InvalidArgument("threads " + std::to_string(t) + " must be in [1, " + std::to_string(kMaxThreads) +
+                                     "]");
+    }
   }
   if (config.min_repeats < 1) return Status::InvalidArgument("min_repeats must be >= 1");
   if (config.isas.empty()) return Status::InvalidArgument("bench needs at least one isa");

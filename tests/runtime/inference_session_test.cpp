@@ -13,6 +13,7 @@
 #include "minimakv/llama_model.h"
 #include "minimakv/sampler.h"
 #include "minimakv/scalar_formats.h"
+#include "minimakv/thread_pool.h"
 #include "runtime/gguf_test_writer.h"
 #include "runtime/quant_matmul.h"
 
@@ -267,6 +268,13 @@ TEST_F(TinyModel, BadPageTokensAreRefusedBeforeUse) {
       EXPECT_EQ(s, nullptr);
     }
   }
+  // A thread count no machine runs is refused, not attempted (a refused thread used to end the process).
+  SessionOptions threads;
+  threads.num_threads = kMaxThreads + 1;
+  std::unique_ptr<InferenceSession> none;
+  const Status st = InferenceSession::Create(model_.get(), threads, &none);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("num_threads " + std::to_string(kMaxThreads + 1)), std::string::npos) << st.message();
   // The dense mode has no pages: its page_tokens is not used.
   SessionOptions o;
   o.mode = KvMode::kDense;

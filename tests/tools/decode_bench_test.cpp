@@ -176,6 +176,11 @@ TEST(DecodeBench, RejectsBadConfig) {
   config = DecodeBenchConfig();
   config.threads = {0};
   EXPECT_NE(RunDecodeBench(config, nullptr, &rows).message().find("threads 0"), std::string::npos);
+  // Was: `minimakv bench --threads 200000` ended with std::system_error when the system refused a thread.
+  config.threads = {200000};
+  s = RunDecodeBench(config, nullptr, &rows);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("threads 200000"), std::string::npos) << s.message();
 }
 
 TEST(MachineFloors, MeasuresPositiveFloors) {

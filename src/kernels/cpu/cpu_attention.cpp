@@ -92,8 +92,9 @@ Status ValidateView(const PagedKvView& view, const AttentionQueries& queries, co
 }
 
 Status ValidateOptions(const CpuAttentionOptions& options) {
-  if (options.num_threads < 1) {
-    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be >= 1");
+  if (options.num_threads < 1 || options.num_threads > kMaxThreads) {
+    return Status::InvalidArgument("options.num_threads " + std::to_string(options.num_threads) + " must be in 1.." +
+                                   std::to_string(kMaxThreads));
   }
   if (options.max_task_rows < 1 || options.max_task_rows > cpu::kMaxTaskRows) {
     return Status::InvalidArgument("options.max_task_rows " + std::to_string(options.max_task_rows) + " must be in 1.." +

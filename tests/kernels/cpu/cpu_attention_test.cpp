@@ -1062,6 +1062,14 @@ TEST_F(CpuAttentionErrors, RejectsBadArgumentsWithClearMessages) {
                 .message()
                 .find("num_threads 0"),
             std::string::npos);
+  // More threads than any machine runs: an error, not an attempt to start them (a refused thread used to end the
+  // process with std::system_error).
+  CpuAttentionOptions too_many_threads;
+  too_many_threads.num_threads = kMaxThreads + 1;
+  EXPECT_NE(ComputePartialStatesCpu(view, queries, &rotation_, {out_.data(), lse_.data()}, too_many_threads)
+                .message()
+                .find("num_threads " + std::to_string(kMaxThreads + 1)),
+            std::string::npos);
   for (int bad_rows : {0, cpu::kMaxTaskRows + 1}) {
     CpuAttentionOptions bad_task_rows;
     bad_task_rows.max_task_rows = bad_rows;
