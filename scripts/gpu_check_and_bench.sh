@@ -15,6 +15,8 @@
 # CAPACITY_POINTS (default bench/cuda/capacity_points.txt; empty skips; session 17): each format at the batch it
 # reaches at the memory limit (`minimakv plan`, scripts/capacity_points.py), ours and torch SDPA at the BF16 batch,
 # appended to the CSVs with kind "capacity"; the summary then prints decode throughput at equal memory.
+# CAPACITY_WARMUP_MS (default 1000; session 18): each of those formats runs its step that long before it is timed
+# (--warmup-ms), so each is timed at the clock the board holds under its own steps (they reach the power limit).
 set -uo pipefail
 MODE=${1:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -136,10 +138,12 @@ if [[ $MODE == bench || $MODE == all ]]; then
     CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 {print "--only " $1 " " $2 " " $4}' | awk '!seen[$0]++' | tr '\n' ' ')
     TORCH_CAP_POINTS=$(grep -v '^#' "$CAP_FILE" | awk 'NF == 4 && $3 == "bf16" {print "--only " $1 " " $2 " " $4}' \
       | tr '\n' ' ')
-    "$BENCH" --csv "$BUILD/cap.csv" $CAP_POINTS >> "$OUT_DIR/bench.log" 2>&1 \
+    CAP_WARMUP=${CAPACITY_WARMUP_MS-1000}
+    [[ -n $CAP_WARMUP ]] && CAP_WARMUP="--warmup-ms $CAP_WARMUP"
+    "$BENCH" --csv "$BUILD/cap.csv" $CAP_POINTS $CAP_WARMUP >> "$OUT_DIR/bench.log" 2>&1 \
       && tail -n +2 "$BUILD/cap.csv" | sed 's/^decode,/capacity,/' >> "$OUT_DIR/decode_bench.csv" || status=1
     if [[ -z ${SKIP_TORCH:-} ]]; then
-      python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$BUILD/cap-torch.csv" $TORCH_CAP_POINTS \
+      python3 "$ROOT/bench/cuda/torch_sdpa_bench.py" --csv "$BUILD/cap-torch.csv" $TORCH_CAP_POINTS $CAP_WARMUP \
         >> "$OUT_DIR/torch.log" 2>&1 \
         && tail -n +2 "$BUILD/cap-torch.csv" | sed 's/^torch_sdpa,/capacity_torch_sdpa,/' >> "$OUT_DIR/torch_sdpa.csv" \
         || status=1

@@ -4,7 +4,11 @@
 // this same process; what the merge adds to the step (the step against the partial kernels alone, alternating run by
 // run: merge_in_step_us) and the merge kernel's time alone (merge_us). Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired] [--query-tokens T]
+//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired] [--query-tokens T] [--warmup-ms MS]
+// --warmup-ms MS (session 18): before timing a format, run its step (each after a flush, as the timed runs) for MS
+// ms more, so that the timed runs see the SM clock the board holds with that step running continuously; without it
+// they see the clock left by what ran before (the previous format's steps): at ~1 ms steps the board reaches its
+// power limit and the ALU-bound TQ3 loop slows with the clock (docs/cuda-notes.md session 18).
 // --query-tokens T (session 16): T query tokens per sequence (speculative decoding's verification step); the shape
 // column then reads SHAPE-tT. The KV bytes are those of one read, whatever T.
 // --timeline N (v19; needs a build with -DMINIMAKV_CUDA_TIMELINE=1): after each timed point, N more steps with the
@@ -20,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -314,6 +319,7 @@ int main(int argc, char** argv) {
   int timeline_steps = 0;
   CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;  // v23: the plan's TQ3 CTA shape (A/B in one binary)
   int query_tokens = 1;                       // session 16: query tokens per sequence
+  int warmup_ms = 0;                          // session 18: steady-state warm-up per format
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -332,6 +338,13 @@ int main(int argc, char** argv) {
       query_tokens = std::atoi(argv[++i]);
       if (query_tokens < 1) {
         std::fprintf(stderr, "--query-tokens takes a count >= 1, not \"%s\"\n", argv[i]);
+        return 2;
+      }
+    }
+    else if (!std::strcmp(argv[i], "--warmup-ms") && i + 1 < argc) {
+      warmup_ms = std::atoi(argv[++i]);
+      if (warmup_ms < 0) {
+        std::fprintf(stderr, "--warmup-ms takes milliseconds >= 0, not \"%s\"\n", argv[i]);
         return 2;
       }
     }
@@ -551,6 +564,8 @@ int main(int argc, char** argv) {
         STATUS_OK(CudaDecodePartials(plan, views.data(), int(views.size()), d_q, d_ws, stream));
       };
       for (int w = 0; w < 3; ++w) time_once(step);
+      const auto warmup_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(warmup_ms);
+      while (std::chrono::steady_clock::now() < warmup_end) time_once(step);
       // The step and the step without its merge (the partial kernels alone) alternate run by run, so that their
       // difference, what the merge adds to the step, sees the same clocks; the merge kernel alone as an ordinary
       // launch after a flush (it then also pays a launch and the partial states' reads from DRAM).

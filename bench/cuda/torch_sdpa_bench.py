@@ -5,12 +5,14 @@ enable_gqa (no K/V expansion). Median of CUDA-event times, the L2 flushed before
 bench (--flush read: one read sweep of a 256 MB buffer, clean L2 lines; --flush memset: writing it, as
 triton.testing.do_bench does, which leaves dirty lines for the timed call to write back).
 Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-    [--query-tokens T]
+    [--query-tokens T] [--warmup-ms MS]
 --query-tokens T (session 16): T query tokens per sequence, each attending to the whole context (no mask), as the
 CUDA bench's --query-tokens; the shape column then reads SHAPE-tT.
+--warmup-ms MS (session 18): each point's step runs MS ms before it is timed, as the CUDA bench's --warmup-ms.
 """
 import argparse
 import csv
+import time
 
 import torch
 import torch.nn.functional as F
@@ -25,10 +27,16 @@ WARMUP_RUNS = 10
 TIMED_RUNS = 50
 
 
-def time_us(fn, flush):
-    """Median time of fn in us over TIMED_RUNS runs, the L2 flushed before each (outside the timed region)."""
+def time_us(fn, flush, warmup_ms=0):
+    """Median time of fn in us over TIMED_RUNS runs, the L2 flushed before each (outside the timed region); with
+    warmup_ms, fn (after a flush each time) runs that long first, as minimakv_cuda_bench --warmup-ms does."""
     start = torch.cuda.Event(enable_timing=True)
     stop = torch.cuda.Event(enable_timing=True)
+    warmup_end = time.monotonic() + warmup_ms / 1000.0
+    while time.monotonic() < warmup_end:
+        flush()
+        fn()
+        torch.cuda.synchronize()
     times = []
     for r in range(WARMUP_RUNS + TIMED_RUNS):
         flush()
@@ -50,7 +58,11 @@ def main():
     parser.add_argument("--only", nargs=3, action="append", metavar=("SHAPE", "CTX", "BATCH"),
                         help="just these points (repeatable)")
     parser.add_argument("--query-tokens", type=int, default=1)
+    parser.add_argument("--warmup-ms", type=int, default=0,
+                        help="run each point's step this long before timing it (steady-state clock)")
     args = parser.parse_args()
+    if args.warmup_ms < 0:
+        parser.error(f"--warmup-ms takes milliseconds >= 0, not {args.warmup_ms}")
     if args.query_tokens < 1:
         parser.error(f"--query-tokens takes a count >= 1, not {args.query_tokens}")
     flush_buf = torch.ones(FLUSH_BYTES // 4, device="cuda", dtype=torch.int32)
@@ -83,7 +95,7 @@ def main():
         fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         fn()
         torch.cuda.synchronize()
-        us = time_us(fn, flush)
+        us = time_us(fn, flush, args.warmup_ms)
         gbps = kv_bytes / us * 1e-3
         label = name if tokens == 1 else f"{name}-t{tokens}"
         print(f"torch sdpa {label:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
