@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <random>
 
 #include "minimakv/cpu_attention.h"
 #include "minimakv/kv_format.h"
 #include "minimakv/reference_attention.h"
+#include "minimakv/thread_pool.h"
 #include "tools/synthetic_kv.h"
 
 namespace minimakv {
@@ -99,12 +101,40 @@ Status RunFidelity(const FidelityConfig& c, const std::function<void(const std::
   if (c.context < 1 || c.num_queries < 1 || c.page_tokens < 1) {
     return Status::InvalidArgument("context, num_queries and page_tokens must be >= 1");
   }
+  auto bad = [](const std::string& what, const std::string& value, const std::string& want) {
+    return Status::InvalidArgument(what + " " + value + " " + want);
+  };
+  if (c.context > kMaxFidelityContext) {
+    return bad("context", std::to_string(c.context), "exceeds 2^24 tokens");
+  }
+  if (c.num_queries > kMaxFidelityQueries) {
+    return bad("num_queries", std::to_string(c.num_queries), "exceeds " + std::to_string(kMaxFidelityQueries));
+  }
+  if (c.outlier_channels < 0 || c.outlier_channels > c.head_dim) {
+    return bad("outlier_channels", std::to_string(c.outlier_channels),
+               "not in [0, head_dim " + std::to_string(c.head_dim) + "]");
+  }
+  if (!std::isfinite(c.outlier_scale)) return bad("outlier_scale", std::to_string(c.outlier_scale), "is not finite");
+  if (!std::isfinite(c.rope_theta) || !(c.rope_theta > 0.0)) {
+    return bad("rope_theta", std::to_string(c.rope_theta), "must be finite and > 0");
+  }
+  if (c.planted_tokens < 0) return bad("planted_tokens", std::to_string(c.planted_tokens), "is negative");
+  if (c.num_threads > kMaxThreads) {
+    return bad("num_threads", std::to_string(c.num_threads), "exceeds " + std::to_string(kMaxThreads));
+  }
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
   say("generating synthetic K/V: " + std::to_string(c.context) + " tokens, " + std::to_string(c.kv_heads) +
       " KV heads, d " + std::to_string(c.head_dim));
-  const SyntheticAttention data = MakeData(c);
+  SyntheticAttention data;
+  try {
+    data = MakeData(c);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("cannot hold the synthetic K/V of " + std::to_string(c.context) + " tokens x " +
+                                     std::to_string(c.kv_heads) + " KV heads x d " + std::to_string(c.head_dim) +
+                                     " in memory");
+  }
   const int d = c.head_dim;
   const int group = c.q_heads / c.kv_heads;
   const size_t stride = size_t(c.kv_heads) * d;

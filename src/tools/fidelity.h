@@ -17,6 +17,10 @@
 
 namespace minimakv {
 
+// Limits of a fidelity run: larger ones are an InvalidArgument naming the value.
+inline constexpr int64_t kMaxFidelityContext = int64_t(1) << 24;
+inline constexpr int kMaxFidelityQueries = 4096;
+
 struct FidelityConfig {
   int head_dim = 128;
   int kv_heads = 8;

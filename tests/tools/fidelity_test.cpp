@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+#include <vector>
+
 namespace minimakv {
 namespace {
 
@@ -55,6 +59,44 @@ TEST(Fidelity, RejectsBadShapes) {
   config = FidelityConfig();
   config.head_dim = 100;
   EXPECT_EQ(RunFidelity(config, nullptr, &rows).code(), StatusCode::kInvalidArgument);
+}
+
+// Settings the synthetic data cannot take are errors naming them (was: outlier_channels -3 ended the process with
+// std::length_error, a context of 2^24 + 1 with std::bad_alloc, rope_theta 0 gave "bf16 input vector holds a
+// non-finite value" without naming the setting).
+TEST(Fidelity, RejectsBadSettingsByName) {
+  std::vector<FidelityRow> rows;
+  auto expect_named = [&](const FidelityConfig& config, const std::string& name) {
+    const Status s = RunFidelity(config, nullptr, &rows);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+  };
+  FidelityConfig c;
+  c.outlier_channels = -3;
+  expect_named(c, "outlier_channels -3");
+  c = FidelityConfig();
+  c.outlier_channels = 129;
+  expect_named(c, "outlier_channels 129");
+  c = FidelityConfig();
+  c.context = kMaxFidelityContext + 1;
+  expect_named(c, "context " + std::to_string(kMaxFidelityContext + 1));
+  c = FidelityConfig();
+  c.num_queries = kMaxFidelityQueries + 1;
+  expect_named(c, "num_queries " + std::to_string(kMaxFidelityQueries + 1));
+  for (double theta : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
+    c = FidelityConfig();
+    c.rope_theta = theta;
+    expect_named(c, "rope_theta");
+  }
+  c = FidelityConfig();
+  c.outlier_scale = std::numeric_limits<double>::quiet_NaN();
+  expect_named(c, "outlier_scale");
+  c = FidelityConfig();
+  c.planted_tokens = -1;
+  expect_named(c, "planted_tokens -1");
+  c = FidelityConfig();
+  c.num_threads = 1000000;
+  expect_named(c, "num_threads 1000000");
 }
 
 }  // namespace
