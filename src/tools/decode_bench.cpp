@@ -232,6 +232,12 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
                                      "]");
     }
   }
+  for (int b : config.batches) {
+    if (b > kMaxBenchBatch) {
+      return Status::InvalidArgument("batch " + std::to_string(b) + " exceeds " + std::to_string(kMaxBenchBatch) +
+                                     " sequences");
+    }
+  }
   if (config.min_repeats < 1) return Status::InvalidArgument("min_repeats must be >= 1");
   if (config.isas.empty()) return Status::InvalidArgument("bench needs at least one isa");
   std::vector<CpuAttentionOptions> isa_options;  // what each entry of config.isas asks for

@@ -29,6 +29,8 @@ namespace minimakv {
 
 // Default bytes of the per-round read sweep (the reasons are at its use in decode_bench.cpp).
 inline constexpr size_t kDefaultFloorSweepBytes = size_t(256) << 20;
+// Sequences per decode step at most (a larger batch is an InvalidArgument naming it).
+inline constexpr int kMaxBenchBatch = 65536;
 
 struct DecodeBenchConfig {
   std::string shape = "llama-3.1-8b";  // or "qwen3.6-27b", "qwen3-235b"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -86,6 +87,12 @@ Status BuildSyntheticPool(const PageLayout& layout, const HadamardRotation* rota
       tokens += length;
     }
     const int64_t pages = (tokens + page_tokens - 1) / page_tokens;
+    // Page ids and page_indptr are int32 (PagedKvView): checked before any allocation sized by the page count.
+    if (pages > int64_t(INT32_MAX) - int64_t(built.num_pages)) {
+      return Status::InvalidArgument("sequence " + std::to_string(s) + " brings the pool to " +
+                                     std::to_string(int64_t(built.num_pages) + pages) + " pages of " +
+                                     std::to_string(page_tokens) + " tokens, more than int32 page ids address");
+    }
     built.num_pages += size_t(pages);
     built.page_indptr.push_back(int32_t(built.num_pages));
     built.last_page_tokens.push_back(tokens == 0 ? 0 : int32_t(tokens - (pages - 1) * page_tokens));

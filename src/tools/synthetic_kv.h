@@ -38,7 +38,8 @@ struct SyntheticPool {
 // Every range but the last of a sequence must hold a multiple of layout.page_tokens tokens (only the last
 // listed page may be partly filled). Physical page ids are a permutation of 0..num_pages-1: ascending when
 // page_order_seed is 0, else shuffled with that seed. rotation is required for TQ3.
-// InvalidArgument for a bad layout, range or non-finite source value.
+// InvalidArgument for a bad layout, range, non-finite source value or more than INT32_MAX pages in all;
+// ResourceExhausted when the pool's memory cannot be allocated.
 Status BuildSyntheticPool(const PageLayout& layout, const HadamardRotation* rotation,
                           const std::vector<std::vector<TokenRange>>& ranges, const KvSource& source,
                           uint64_t page_order_seed, SyntheticPool* pool);

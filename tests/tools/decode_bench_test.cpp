@@ -181,6 +181,20 @@ TEST(DecodeBench, RejectsBadConfig) {
   s = RunDecodeBench(config, nullptr, &rows);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("threads 200000"), std::string::npos) << s.message();
+  // Was: `minimakv bench --context 1099511627776` ended with std::bad_alloc (2^34 page ids), a batch of 2^20
+  // sequences would have too.
+  config = DecodeBenchConfig();
+  config.contexts = {int64_t(1) << 40};
+  config.paths = {"bf16"};
+  config.flush_caches = false;
+  s = RunDecodeBench(config, nullptr, &rows);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("17179869184 pages of 64 tokens"), std::string::npos) << s.message();
+  config.contexts = {64};
+  config.batches = {1 << 20};
+  s = RunDecodeBench(config, nullptr, &rows);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("batch 1048576"), std::string::npos) << s.message();
 }
 
 TEST(MachineFloors, MeasuresPositiveFloors) {
