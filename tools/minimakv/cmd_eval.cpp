@@ -170,7 +170,10 @@ int RunNiah(const std::vector<std::string>& args) {
         s = BuildPasskeyCase(tok, contexts[ci], double(depth) / 100.0, NiahSeed(ci, depth, seed), &pc);
         if (!s.ok()) return ReportError(command, s);
         std::vector<std::unique_ptr<InferenceSession>> sessions;
-        s = MakeSessions(model.get(), int(pc.prompt_ids.size()) + answer_tokens + 1, threads, hot_layers, &sessions);
+        int max_tokens = 0;
+        s = SessionCapacity(pc.prompt_ids.size(), answer_tokens, "--answer-tokens", &max_tokens);
+        if (!s.ok()) return ReportError(command, s);
+        s = MakeSessions(model.get(), max_tokens, threads, hot_layers, &sessions);
         if (!s.ok()) return ReportError(command, s);
         std::vector<InferenceSession*> raw;
         for (auto& x : sessions) raw.push_back(x.get());

@@ -58,7 +58,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   if (!s.ok()) return ReportError(command, s);
   options.num_threads = threads;
   options.hot_layers = hot_layers;
-  options.max_tokens = int(ids.size()) + max_new_tokens + 1;
+  s = SessionCapacity(ids.size(), max_new_tokens, "--max-tokens", &options.max_tokens);
+  if (!s.ok()) return ReportError(command, s);
   std::unique_ptr<InferenceSession> session;
   s = InferenceSession::Create(model.get(), options, &session);
   if (!s.ok()) return ReportError(command, s);

@@ -67,7 +67,8 @@ int RunRunCommand(const std::vector<std::string>& args) {
     o.num_threads = threads;
     o.page_tokens = page_tokens;
     o.hot_layers = hot_layers;
-    o.max_tokens = int(pcase.prompt_ids.size()) + answer_tokens + 1;
+    s = SessionCapacity(pcase.prompt_ids.size(), answer_tokens, "--answer-tokens", &o.max_tokens);
+    if (!s.ok()) return ReportError(command, s);
     std::unique_ptr<InferenceSession> session;
     s = InferenceSession::Create(model.get(), o, &session);
     if (!s.ok()) return ReportError(command, s);

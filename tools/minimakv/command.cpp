@@ -1,6 +1,7 @@
 #include "command.h"
 
 #include <cstdio>
+#include <limits>
 
 namespace minimakv::cli {
 
@@ -31,6 +32,17 @@ void PrintJson(const JsonValue& value) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+}
+
+Status SessionCapacity(size_t prompt_tokens, int64_t new_tokens, const std::string& flag, int* max_tokens) {
+  if (new_tokens < 0) return Status::InvalidArgument(flag + " " + std::to_string(new_tokens) + " must be >= 0");
+  const int64_t total = int64_t(prompt_tokens) + new_tokens + 1;
+  if (total > std::numeric_limits<int>::max()) {
+    return Status::InvalidArgument(flag + " " + std::to_string(new_tokens) + " after a prompt of " +
+                                   std::to_string(prompt_tokens) + " tokens passes 2^31 - 1 tokens");
+  }
+  *max_tokens = int(total);
+  return Status::Ok();
 }
 
 ProgressLine::Mode ProgressModeFrom(const std::string& flag_value) {

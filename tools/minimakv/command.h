@@ -27,6 +27,11 @@ int ReportError(const std::string& command, const Status& status);
 // Writes `value` to stdout followed by a newline. Pretty-printed with 2-space indent.
 void PrintJson(const JsonValue& value);
 
+// The KV capacity (SessionOptions::max_tokens) for a prompt of `prompt_tokens` tokens and `new_tokens` decoded
+// after it: prompt + new + 1, summed in 64 bits. InvalidArgument naming `flag` when new_tokens is negative or the
+// sum passes INT_MAX (sessions count tokens in int).
+Status SessionCapacity(size_t prompt_tokens, int64_t new_tokens, const std::string& flag, int* max_tokens);
+
 // Progress mode from the common --progress flag value ("auto", "always", "off").
 ProgressLine::Mode ProgressModeFrom(const std::string& flag_value);
 inline const std::vector<std::string> kProgressChoices = {"auto", "always", "off"};
