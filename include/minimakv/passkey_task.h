@@ -22,7 +22,9 @@ struct PasskeyCase {
 };
 
 // Builds a prompt of about `context_tokens` tokens (never more) with the needle at `depth` in [0, 1] of the
-// filler. The key is drawn from `seed`. InvalidArgument if context_tokens is too small for the frame (~100).
+// filler. The key is drawn from `seed`. InvalidArgument if context_tokens is too small for the frame (~100) or
+// above kMaxPasskeyContextTokens.
+inline constexpr int64_t kMaxPasskeyContextTokens = int64_t(1) << 24;
 Status BuildPasskeyCase(const Tokenizer& tokenizer, int64_t context_tokens, double depth, uint64_t seed,
                         PasskeyCase* out);
 

@@ -26,6 +26,10 @@ std::string FirstDigits(const std::string& answer) {
 Status BuildPasskeyCase(const Tokenizer& tokenizer, int64_t context_tokens, double depth, uint64_t seed,
                         PasskeyCase* out) {
   if (!(depth >= 0.0 && depth <= 1.0)) return Status::InvalidArgument("passkey depth " + std::to_string(depth) + " not in [0, 1]");
+  // Checked before the filler text (about 5 bytes a token) is built.
+  if (context_tokens > kMaxPasskeyContextTokens) {
+    return Status::InvalidArgument("passkey context " + std::to_string(context_tokens) + " tokens exceeds 2^24");
+  }
   std::mt19937_64 rng(seed);
   std::string key;
   key.push_back(char('1' + rng() % 9));  // no leading zero

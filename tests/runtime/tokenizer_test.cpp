@@ -8,6 +8,7 @@
 
 #include "minimakv/gguf_reader.h"
 #include "minimakv/model_files.h"
+#include "minimakv/passkey_task.h"
 #include "runtime/gguf_test_writer.h"
 #include "runtime/runtime_test_fixtures.h"
 #include "tools/json.h"
@@ -88,6 +89,19 @@ TEST(Tokenizer, RejectsUnsupportedModels) {
 // scripts/make_token_fixtures.py). Skipped when the model is not fetched (scripts/fetch_model.sh). ----
 namespace minimakv {
 namespace {
+
+// A passkey context beyond the limit is refused before its text is built (was: --context 2^40 in `minimakv run`
+// or `eval niah` built filler text until the allocation failed, std::bad_alloc after tens of GB).
+TEST(PasskeyTask, RefusesContextsPastTheLimitBeforeBuildingText) {
+  auto tok = TinyTokenizer("smollm");
+  PasskeyCase pc;
+  for (int64_t context : {kMaxPasskeyContextTokens + 1, int64_t(1) << 40}) {
+    const Status s = BuildPasskeyCase(*tok, context, 0.5, 1, &pc);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("context " + std::to_string(context)), std::string::npos) << s.message();
+  }
+  EXPECT_NE(BuildPasskeyCase(*tok, 4096, 1.5, 1, &pc).message().find("depth 1.5"), std::string::npos);
+}
 
 TEST(TokenizerSmolLM2, MatchesLlamaCppIds) {
   std::unique_ptr<GgufFile> file;
