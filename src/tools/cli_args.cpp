@@ -65,6 +65,9 @@ Status ParseInt64Value(std::string_view text, int64_t* out) {
   }
   int64_t value = 0;
   const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (!digits.empty() && r.ec == std::errc::result_out_of_range && r.ptr == digits.data() + digits.size()) {
+    return Status::InvalidArgument(Quoted(text) + " is out of range");
+  }
   if (digits.empty() || r.ec != std::errc() || r.ptr != digits.data() + digits.size()) {
     return Status::InvalidArgument(Quoted(text) + " is not an integer");
   }
@@ -95,8 +98,7 @@ Status ParseInt64ListValue(std::string_view text, std::vector<int64_t>* out) {
     int64_t value = 0;
     Status s = ParseInt64Value(item, &value);
     if (!s.ok()) {
-      return Status::InvalidArgument(Quoted(text) + " is not a comma-separated list of integers ('" +
-                                     std::string(item) + "' is not an integer)");
+      return Status::InvalidArgument(Quoted(text) + " is not a comma-separated list of integers (" + s.message() + ")");
     }
     values.push_back(value);
     if (comma == std::string_view::npos) break;

@@ -120,6 +120,11 @@ TEST(ArgParser, ValueParsers) {
   std::vector<int64_t> list;
   EXPECT_FALSE(ParseInt64ListValue("1,,2", &list).ok());
   EXPECT_FALSE(ParseInt64ListValue("1,", &list).ok());
+  // An integer too large says so, alone or in a list (was: "is not an integer").
+  EXPECT_NE(ParseInt64Value("99999999999999999999", &v).message().find("out of range"), std::string::npos);
+  const Status s = ParseInt64ListValue("1,9007199254740993k", &list);
+  EXPECT_NE(s.message().find("'9007199254740993k' is out of range"), std::string::npos) << s.message();
+  EXPECT_NE(ParseInt64ListValue("1,x", &list).message().find("'x' is not an integer"), std::string::npos);
 }
 
 TEST(ProgressLine, FormatsElapsedPercentAndEta) {
