@@ -79,8 +79,9 @@ struct FormatViewStorage {
 
 class PagedCache {
  public:
-  // InvalidArgument naming the bad field: num_layers/kv_heads <= 0, unsupported head_dim, page_tokens not in
-  // [1, 65536], hot_format kTq3, no hot pool, a nonzero budget below one page, negative policy windows.
+  // InvalidArgument naming the bad field: num_layers not in [1, 65536], kv_heads <= 0, unsupported head_dim,
+  // page_tokens not in [1, 65536], hot_format kTq3, no hot pool, a nonzero budget below one page, negative policy
+  // windows.
   static Status Create(const CacheConfig& config, std::unique_ptr<PagedCache>* out);
 
   ~PagedCache();
@@ -124,12 +125,12 @@ class PagedCache {
   // by *storage: per sequence, its pages of that format in logical order, so a partly-filled last page (if
   // in this format) comes last, with last_page_tokens set; a sequence with no page of that format gets an
   // empty range. A format without a pool gives an empty view (pages == nullptr). The view stays valid
-  // until the next mutating call or a change to *storage.
+  // until the next mutating call or a change to *storage. InvalidArgument for a null storage or view.
   Status BuildFormatView(int layer, std::span<const SeqId> seqs, KvFormat format, FormatViewStorage* storage,
                          PagedKvView* view) const;
 
   // Dequantizes one token of one layer: k, v [kv_heads][head_dim], original (unrotated) domain.
-  // For tests and references; kernels read the pages directly.
+  // For tests and references; kernels read the pages directly. InvalidArgument for a null k or v.
   Status DecodeToken(SeqId seq, int layer, int64_t token, float* k, float* v) const;
 
   // The rotation every TQ3 page of this cache was encoded with (from config().rotation_seed).

@@ -13,6 +13,8 @@ namespace minimakv {
 namespace {
 
 constexpr int kMaxPageTokens = 65536;
+// Far beyond any model's layer count; every sequence holds a block table per layer.
+constexpr int kMaxLayers = 65536;
 
 std::string FormatName(KvFormat format) { return std::string(KvFormatName(format)); }
 
@@ -43,8 +45,9 @@ Status CheckFiniteTokens(const float* x, const char* what, int num_tokens, int k
 }  // namespace
 
 Status PagedCache::Create(const CacheConfig& config, std::unique_ptr<PagedCache>* out) {
-  if (config.num_layers <= 0) {
-    return Status::InvalidArgument("CacheConfig.num_layers = " + std::to_string(config.num_layers) + " must be > 0");
+  if (config.num_layers <= 0 || config.num_layers > kMaxLayers) {
+    return Status::InvalidArgument("CacheConfig.num_layers = " + std::to_string(config.num_layers) +
+                                   " must be in [1, 65536]");
   }
   if (config.kv_heads <= 0) {
     return Status::InvalidArgument("CacheConfig.kv_heads = " + std::to_string(config.kv_heads) + " must be > 0");
@@ -356,6 +359,9 @@ Status PagedCache::BuildFormatView(int layer, std::span<const SeqId> seqs, KvFor
     return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range [0, " +
                                    std::to_string(config_.num_layers) + ")");
   }
+  if (storage == nullptr || view == nullptr) {
+    return Status::InvalidArgument(std::string(storage == nullptr ? "storage" : "view") + " is null");
+  }
   if (int(format) >= kNumKvFormats) {
     return Status::InvalidArgument("format " + std::to_string(int(format)) + " is not a KvFormat");
   }
@@ -392,6 +398,7 @@ Status PagedCache::DecodeToken(SeqId seq, int layer, int64_t token, float* k, fl
     return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range [0, " +
                                    std::to_string(config_.num_layers) + ")");
   }
+  if (k == nullptr || v == nullptr) return Status::InvalidArgument(std::string(k == nullptr ? "k" : "v") + " is null");
   const BlockTable& table = sequence->layers[size_t(layer)];
   if (token < 0 || token >= table.num_tokens) {
     return Status::InvalidArgument("token " + std::to_string(token) + " out of range [0, " +

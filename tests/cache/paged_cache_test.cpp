@@ -97,6 +97,8 @@ TEST(PagedCacheCreate, RejectsBadConfigsNamingTheField) {
   };
   const Case cases[] = {
       {"num_layers", [](CacheConfig* c) { c->num_layers = 0; }},
+      // Was accepted: every AddSequence then sized a block table per layer (std::bad_alloc at 2^30 layers).
+      {"num_layers = 70000", [](CacheConfig* c) { c->num_layers = 70000; }},
       {"kv_heads", [](CacheConfig* c) { c->kv_heads = -1; }},
       {"head_dim", [](CacheConfig* c) { c->head_dim = 96; }},
       {"page_tokens", [](CacheConfig* c) { c->page_tokens = 0; }},
@@ -349,6 +351,16 @@ TEST(PagedCache, BadLayerUnknownSequenceAndBadArgumentsAreClearErrors) {
   const SeqId unknown[] = {a, 42};
   EXPECT_EQ(cache->BuildFormatView(0, unknown, KvFormat::kFp8, &storage, &view).code(), StatusCode::kNotFound);
   EXPECT_EQ(cache->BuildFormatView(3, {}, KvFormat::kFp8, &storage, &view).code(), StatusCode::kInvalidArgument);
+  // Null outputs are errors, not crashes (were: segmentation faults).
+  const SeqId just_a[] = {a};
+  EXPECT_NE(cache->BuildFormatView(0, just_a, KvFormat::kFp8, nullptr, &view).message().find("storage is null"),
+            std::string::npos);
+  EXPECT_NE(cache->BuildFormatView(0, just_a, KvFormat::kFp8, &storage, nullptr).message().find("view is null"),
+            std::string::npos);
+  ASSERT_TRUE(cache->Append(a, 0, k.data(), k.data(), 1).ok());
+  std::vector<float> decoded(k.size());
+  EXPECT_NE(cache->DecodeToken(a, 0, 0, nullptr, decoded.data()).message().find("k is null"), std::string::npos);
+  EXPECT_NE(cache->DecodeToken(a, 0, 0, decoded.data(), nullptr).message().find("v is null"), std::string::npos);
   ASSERT_TRUE(cache->Free(a).ok());
   EXPECT_EQ(cache->Free(a).code(), StatusCode::kNotFound);  // double free
   EXPECT_EQ(cache->Accounting().formats[int(KvFormat::kFp8)].live_pages, 0);
