@@ -1,8 +1,11 @@
 #include "minimakv/inference_session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "minimakv/cpu_attention.h"
 #include "minimakv/paged_cache.h"
@@ -20,6 +23,7 @@ float RoundFp16(float x) { return Fp16ToFloat(FloatToFp16(x)); }
 
 // The cache part of attention runs on at most this many threads (AttendCacheSplit).
 constexpr int kMaxCacheSplits = 8;
+constexpr double kBytesPerGibibyte = 1024.0 * 1024.0 * 1024.0;
 
 // y = x / sqrt(mean(x^2) + eps) * weight. The sum of squares is accumulated in double, as ggml's rms_norm.
 void RmsNorm(const float* x, const float* weight, int n, float eps, float* y) {
@@ -181,8 +185,24 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
   im.model = model;
   const int64_t kv_dim = int64_t(c.num_kv_heads) * c.head_dim;
   if (options.mode == KvMode::kDense) {
-    im.dense_k.assign(size_t(c.num_layers), std::vector<float>(size_t(s->options_.max_tokens * kv_dim)));
-    im.dense_v.assign(size_t(c.num_layers), std::vector<float>(size_t(s->options_.max_tokens * kv_dim)));
+    // The dense cache is allocated and zeroed whole: one larger than the machine's memory is refused up front
+    // (max_tokens defaults to the model's context length, which some models put at millions of tokens).
+    const double dense_bytes =
+        2.0 * double(c.num_layers) * double(s->options_.max_tokens) * double(kv_dim) * double(sizeof(float));
+    const double memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (memory_bytes > 0 && dense_bytes > memory_bytes) {
+      return Status::ResourceExhausted("dense KV cache for max_tokens " + std::to_string(s->options_.max_tokens) +
+                                       " needs " + std::to_string(dense_bytes / kBytesPerGibibyte) +
+                                       " GiB, more than the machine's " +
+                                       std::to_string(memory_bytes / kBytesPerGibibyte) + " GiB");
+    }
+    try {
+      im.dense_k.assign(size_t(c.num_layers), std::vector<float>(size_t(s->options_.max_tokens * kv_dim)));
+      im.dense_v.assign(size_t(c.num_layers), std::vector<float>(size_t(s->options_.max_tokens * kv_dim)));
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted("cannot allocate the dense KV cache for max_tokens " +
+                                       std::to_string(s->options_.max_tokens));
+    }
   } else {
     CacheConfig cc;
     cc.num_layers = c.num_layers;

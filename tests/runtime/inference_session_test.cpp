@@ -284,6 +284,20 @@ TEST_F(TinyModel, BadPageTokensAreRefusedBeforeUse) {
   EXPECT_TRUE(InferenceSession::Create(model_.get(), o, &s).ok());
 }
 
+// A dense cache larger than the machine's memory is ResourceExhausted naming max_tokens, before anything is
+// allocated (was: std::bad_alloc ended the process; max_tokens 0 takes the model's context length, which some
+// GGUF files put at millions of tokens). 2^31 - 1 tokens of this model's K/V are 4 TiB.
+TEST_F(TinyModel, DenseCacheBeyondMemoryIsRefusedBeforeAllocating) {
+  SessionOptions o;
+  o.mode = KvMode::kDense;
+  o.max_tokens = std::numeric_limits<int>::max();
+  std::unique_ptr<InferenceSession> s;
+  const Status st = InferenceSession::Create(model_.get(), o, &s);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("max_tokens 2147483647"), std::string::npos) << st.message();
+  EXPECT_EQ(s, nullptr);
+}
+
 // With 2 threads the cache part of attention is split into page ranges (one AttendMixedCpu per thread, LSE
 // merge); with 1 thread it is not. Both must agree up to fp32 rounding (amplified by the 8-bit activation codes
 // of later matmuls), in every paged mode, over a prompt of several pages plus decode steps. Measured (session 6,
