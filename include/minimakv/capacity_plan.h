@@ -74,8 +74,8 @@ struct CapacityPlan {
 };
 
 // InvalidArgument naming the bad value for non-positive context/page size, negative windows or GiB, or a shape whose head_dim the Minima codecs do not support (64/128/256).
-// Also for a context above 2^40 tokens, or one whose request would need more than 2^62 bytes (BF16 or Minima
-// pages): every byte count of the plan is an exact int64.
+// Also for a budget above 2^30 GiB, a context above 2^40 tokens, or one whose request would need more than 2^62
+// bytes (BF16 or Minima pages): every byte count and concurrency of the plan is an exact int64.
 Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const CapacityInputs& inputs,
                     CapacityPlan* plan);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "minimakv/block_table.h"
@@ -17,9 +18,17 @@ constexpr int64_t kBf16BytesPerValue = 2;
 constexpr int64_t kFp8BytesPerValue = 1;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// A GiB figure for a message: %g, so that 1e30 reads as 1e+30 rather than 31 digits.
+std::string GibText(double gib) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", gib);
+  return text;
+}
 // Contexts up to 2^40 tokens; and no request may need more than 2^62 bytes, so every int64 byte count stays exact.
 constexpr int64_t kMaxContextTokens = int64_t(1) << 40;
 constexpr double kMaxRequestBytes = 4611686018427387904.0;  // 2^62
+// A request holds at least 128 bytes (one FP8 token of one 64-dim head), so 2^30 GiB hold fewer than 2^53 of them.
+constexpr double kMaxBudgetGib = 1073741824.0;  // 2^30
 
 // Pages of one layer holding `tokens` tokens under the policy, and how many of them stay FP8.
 struct LayerPages {
@@ -68,13 +77,16 @@ Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const Cap
     return Status::InvalidArgument("recent tokens " + std::to_string(policy.recent_tokens) + " must be >= 0");
   }
   if (!(inputs.budget_gib > 0) || !std::isfinite(inputs.budget_gib)) {
-    return Status::InvalidArgument("budget " + std::to_string(inputs.budget_gib) + " GiB must be positive");
+    return Status::InvalidArgument("budget " + GibText(inputs.budget_gib) + " GiB must be positive");
+  }
+  if (inputs.budget_gib > kMaxBudgetGib) {  // keeps every concurrency inside int64
+    return Status::InvalidArgument("budget " + GibText(inputs.budget_gib) + " GiB exceeds 2^30 GiB");
   }
   if (!(inputs.weights_gib >= 0) || !std::isfinite(inputs.weights_gib)) {
-    return Status::InvalidArgument("weights " + std::to_string(inputs.weights_gib) + " GiB must be >= 0");
+    return Status::InvalidArgument("weights " + GibText(inputs.weights_gib) + " GiB must be >= 0");
   }
   if (!(inputs.state_gib_per_request >= 0) || !std::isfinite(inputs.state_gib_per_request)) {
-    return Status::InvalidArgument("fixed state " + std::to_string(inputs.state_gib_per_request) +
+    return Status::InvalidArgument("fixed state " + GibText(inputs.state_gib_per_request) +
                                    " GiB per request must be >= 0");
   }
   const PageLayout fp8_layout{KvFormat::kFp8, shape.kv_heads, shape.head_dim, policy.page_tokens};

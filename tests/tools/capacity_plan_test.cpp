@@ -178,6 +178,14 @@ TEST(CapacityPlan, BadInputsNameTheValue) {
   odd.head_dim = 96;  // not a power of two: no Hadamard rotation, no Minima pages
   s = PlanCapacity(odd, PlanPolicy{}, CapacityInputs{}, &p);
   EXPECT_NE(s.message().find("head_dim 96"), std::string::npos) << s.message();
+  // A budget past 2^30 GiB (was: concurrency -9223372036854775808, a double beyond int64 converted).
+  s = PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.context_tokens = 1, .budget_gib = 1e30}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("exceeds 2^30 GiB"), std::string::npos) << s.message();
+  ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.context_tokens = 1, .budget_gib = 1073741824.0,
+                                                                .weights_gib = 0, .state_gib_per_request = 0},
+                           &p).ok());
+  EXPECT_GT(p.fp8.concurrency, 0);
   // Weights larger than the budget: valid question, zero requests fit.
   ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{}, CapacityInputs{.budget_gib = 10, .weights_gib = 20}, &p).ok());
   EXPECT_EQ(p.bf16.concurrency, 0);
