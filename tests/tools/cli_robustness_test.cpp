@@ -53,6 +53,18 @@ TEST(CliRobustness, DecodeBudgetPastIntMaxIsAUsageError) {
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("--max-tokens -1"), std::string::npos) << r.stderr_text;
 }
+
+// A text of fewer than 2 tokens has no position to score: a usage error naming the text (was: exit 0 with
+// 0 positions and a perplexity of exp(0 / 1); a text of 0 tokens divided by zero).
+TEST(CliRobustness, KldTextTooShortIsAUsageError) {
+  if (!DefaultModelLoads()) GTEST_SKIP() << "model not fetched: " << DefaultModelPath();
+  const std::string text_path = ::testing::TempDir() + "/cli_robustness." + std::to_string(::getpid()) + ".txt";
+  std::ofstream(text_path) << "a";
+  const CliResult r = RunCli("eval kld --text " + text_path + " --progress off");
+  std::remove(text_path.c_str());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("gives 1 tokens"), std::string::npos) << r.stderr_text;
+}
 #endif
 
 }  // namespace

@@ -284,6 +284,12 @@ int RunKld(const std::vector<std::string>& args) {
   const Tokenizer& tok = model->tokenizer();
   std::vector<int32_t> ids;
   tok.Encode(text, false, &ids);
+  // A window predicts its tokens from the first: one token predicts nothing (and none would divide by zero).
+  if (ids.size() < 2) {
+    return ReportError(command, Status::InvalidArgument("--text '" + text_path + "' gives " +
+                                                        std::to_string(ids.size()) +
+                                                        " tokens; kld needs at least 2"));
+  }
   const int64_t win = std::min<int64_t>(window, int64_t(ids.size()));
   const int64_t windows = std::min<int64_t>(max_windows, int64_t(ids.size()) / win);
   const int vocab = model->config().vocab_size;
