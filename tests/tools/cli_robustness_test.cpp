@@ -54,6 +54,16 @@ TEST(CliRobustness, DecodeBudgetPastIntMaxIsAUsageError) {
   EXPECT_NE(r.stderr_text.find("--max-tokens -1"), std::string::npos) << r.stderr_text;
 }
 
+// The tour's context is checked before the plan doubles it (was: 2 * 9223372036854775807 overflowed int64).
+TEST(CliRobustness, TourContextOutOfRangeIsAUsageError) {
+  for (const char* context : {"9223372036854775807", "0", "16777217"}) {
+    const CliResult r = RunCli(std::string("tour --progress off --context ") + context);
+    EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+    EXPECT_NE(r.stderr_text.find(std::string("--context ") + context + " not in [1, 2^24]"), std::string::npos)
+        << r.stderr_text;
+  }
+}
+
 // A text of fewer than 2 tokens has no position to score: a usage error naming the text (was: exit 0 with
 // 0 positions and a perplexity of exp(0 / 1); a text of 0 tokens divided by zero).
 TEST(CliRobustness, KldTextTooShortIsAUsageError) {

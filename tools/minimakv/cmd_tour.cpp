@@ -40,6 +40,11 @@ int RunTourCommand(const std::vector<std::string>& args) {
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
   const ProgressLine::Mode mode = ProgressModeFrom(progress_mode);
+  // The fidelity part's limit, checked before the plan doubles the context (2 * INT64_MAX overflowed).
+  if (context_tokens < 1 || context_tokens > kMaxFidelityContext) {
+    return ReportError(command, Status::InvalidArgument("--context " + std::to_string(context_tokens) +
+                                                        " not in [1, 2^24]"));
+  }
 
   // 1) Accounting: the paper's capacity model, ours beside it.
   ModelShape qwen;
