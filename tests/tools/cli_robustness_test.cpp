@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -62,6 +63,36 @@ TEST(CliRobustness, TourContextOutOfRangeIsAUsageError) {
     EXPECT_NE(r.stderr_text.find(std::string("--context ") + context + " not in [1, 2^24]"), std::string::npos)
         << r.stderr_text;
   }
+}
+
+// A model file that lacks a metadata key gets an error naming the key, without the hint to fetch the default
+// model (was: "... is missing (fetch the default model with scripts/fetch_model.sh)" for any --model file).
+TEST(CliRobustness, IncompleteModelFileIsNotSentToTheFetchScript) {
+  const std::string model_path = ::testing::TempDir() + "/cli_robustness." + std::to_string(::getpid()) + ".gguf";
+  {
+    // GGUF v3, no tensors, one key: general.architecture = "llama" (little-endian).
+    std::ofstream out(model_path, std::ios::binary);
+    auto put = [&](uint64_t x, int bytes) {
+      for (int i = 0; i < bytes; ++i) out.put(char(x >> (8 * i)));
+    };
+    const std::string key = "general.architecture", value = "llama";
+    out << "GGUF";
+    put(3, 4);             // version
+    put(0, 8);             // tensors
+    put(1, 8);             // metadata keys
+    put(key.size(), 8);
+    out << key;
+    put(8, 4);             // string
+    put(value.size(), 8);
+    out << value;
+  }
+  for (const std::string& command : {std::string("run --progress off"), std::string("eval niah --progress off")}) {
+    const CliResult r = RunCli(command + " --model " + model_path);
+    EXPECT_NE(r.exit_code, 0) << command;
+    EXPECT_NE(r.stderr_text.find("'llama.block_count' is missing"), std::string::npos) << r.stderr_text;
+    EXPECT_EQ(r.stderr_text.find("fetch_model.sh"), std::string::npos) << r.stderr_text;
+  }
+  std::remove(model_path.c_str());
 }
 
 // A text of fewer than 2 tokens has no position to score: a usage error naming the text (was: exit 0 with

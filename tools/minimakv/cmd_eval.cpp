@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -56,7 +57,8 @@ Status ReadTextFiles(const std::string& paths, std::string* text) {
 
 Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model) {
   Status s = LlamaModel::Load(path, model);
-  if (s.code() == StatusCode::kNotFound) {
+  // The hint only where the default model is absent: a file that lacks a key or tensor is not fixed by a fetch.
+  if (s.code() == StatusCode::kNotFound && path == DefaultModelPath() && !std::filesystem::exists(path)) {
     s = Status::NotFound(s.message() + " (fetch the default model with scripts/fetch_model.sh)");
   }
   return s;
