@@ -238,6 +238,10 @@ Status RunDecodeBench(const DecodeBenchConfig& config, const std::function<void(
                                      " sequences");
     }
   }
+  if (config.anchor_tokens < 0 || config.recent_tokens < 0) {
+    return Status::InvalidArgument("anchor_tokens " + std::to_string(config.anchor_tokens) + " and recent_tokens " +
+                                   std::to_string(config.recent_tokens) + " must be >= 0");
+  }
   if (config.min_repeats < 1) return Status::InvalidArgument("min_repeats must be >= 1");
   if (config.isas.empty()) return Status::InvalidArgument("bench needs at least one isa");
   std::vector<CpuAttentionOptions> isa_options;  // what each entry of config.isas asks for

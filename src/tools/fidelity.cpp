@@ -119,6 +119,8 @@ Status RunFidelity(const FidelityConfig& c, const std::function<void(const std::
     return bad("rope_theta", std::to_string(c.rope_theta), "must be finite and > 0");
   }
   if (c.planted_tokens < 0) return bad("planted_tokens", std::to_string(c.planted_tokens), "is negative");
+  if (c.anchor_tokens < 0) return bad("anchor_tokens", std::to_string(c.anchor_tokens), "is negative");
+  if (c.recent_tokens < 0) return bad("recent_tokens", std::to_string(c.recent_tokens), "is negative");
   if (c.num_threads > kMaxThreads) {
     return bad("num_threads", std::to_string(c.num_threads), "exceeds " + std::to_string(kMaxThreads));
   }

@@ -195,6 +195,12 @@ TEST(DecodeBench, RejectsBadConfig) {
   s = RunDecodeBench(config, nullptr, &rows);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("batch 1048576"), std::string::npos) << s.message();
+  // Negative Minima windows (were clamped to 0 without a word).
+  config.batches = {1};
+  config.anchor_tokens = -5;
+  s = RunDecodeBench(config, nullptr, &rows);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("anchor_tokens -5"), std::string::npos) << s.message();
 }
 
 TEST(MachineFloors, MeasuresPositiveFloors) {

@@ -94,6 +94,13 @@ TEST(Fidelity, RejectsBadSettingsByName) {
   c = FidelityConfig();
   c.planted_tokens = -1;
   expect_named(c, "planted_tokens -1");
+  // Negative windows were clamped to 0 without a word.
+  c = FidelityConfig();
+  c.anchor_tokens = -5;
+  expect_named(c, "anchor_tokens -5");
+  c = FidelityConfig();
+  c.recent_tokens = -7;
+  expect_named(c, "recent_tokens -7");
   c = FidelityConfig();
   c.num_threads = 1000000;
   expect_named(c, "num_threads 1000000");
