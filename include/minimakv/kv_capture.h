@@ -105,8 +105,8 @@ Status DecodeKvCapture(std::span<const uint8_t> bytes, KvCapture* out);
 // Writes the file (to path + ".tmp", then renamed over path, so a failed write never leaves a partial capture).
 Status WriteKvCapture(const KvCapture& capture, const std::string& path);
 // Reads and validates a file: NotFound if it cannot be opened, else as DecodeKvCapture (the message names path).
-// The header is read first, so a file without the magic is rejected before it is read whole; ResourceExhausted
-// if a file with it does not fit in memory.
+// The header is read first, so a file without the magic, or one whose size is not what its header says, is
+// rejected before it is read whole; ResourceExhausted if a file that passes does not fit in memory.
 Status ReadKvCapture(const std::string& path, KvCapture* out);
 
 }  // namespace minimakv

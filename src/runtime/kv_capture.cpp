@@ -193,10 +193,16 @@ Status EncodeKvCapture(const KvCapture& c, std::vector<uint8_t>* bytes) {
   return Status::Ok();
 }
 
-Status DecodeKvCapture(std::span<const uint8_t> bytes, KvCapture* out) {
+namespace {
+
+// The header's fields, checked, into *c (layers sized, placeholder indices) and *note_bytes, and that a file of
+// `file_bytes` bytes is as long as the header says (*expected). Reads only the first kKvCaptureHeaderBytes of
+// `bytes`, so ReadKvCapture can check a file before reading it whole.
+Status DecodeKvCaptureHeader(std::span<const uint8_t> bytes, uint64_t file_bytes, KvCapture* c_out,
+                             uint32_t* note_bytes_out, uint64_t* expected_out) {
   auto corrupt = [](const std::string& message) { return Status::Corruption("KV capture: " + message); };
   if (bytes.size() < kKvCaptureHeaderBytes) {
-    return corrupt("truncated: " + std::to_string(bytes.size()) + " bytes, shorter than the " +
+    return corrupt("truncated: " + std::to_string(file_bytes) + " bytes, shorter than the " +
                    std::to_string(kKvCaptureHeaderBytes) + "-byte header");
   }
   const uint8_t* p = bytes.data();
@@ -246,12 +252,28 @@ Status DecodeKvCapture(std::span<const uint8_t> bytes, KvCapture* out) {
   if (Status s = CheckShape(c); !s.ok()) return corrupt(s.message().substr(std::strlen("KV capture: ")));
   const LayerSizes sizes = SizesOf(c);
   const uint64_t expected = kKvCaptureHeaderBytes + note_bytes + num_layers * sizes.record_bytes + kChecksumBytes;
-  if (bytes.size() != expected) {
-    return corrupt(std::string(bytes.size() < expected ? "truncated: " : "size mismatch: ") + "the file has " +
-                   std::to_string(bytes.size()) + " bytes, its header (" + std::to_string(num_layers) + " layers of " +
+  if (file_bytes != expected) {
+    return corrupt(std::string(file_bytes < expected ? "truncated: " : "size mismatch: ") + "the file has " +
+                   std::to_string(file_bytes) + " bytes, its header (" + std::to_string(num_layers) + " layers of " +
                    std::to_string(c.tokens) + " tokens, " + DtypeName(c.kv_dtype) + ", " +
                    std::to_string(c.num_queries) + " queries) says " + std::to_string(expected));
   }
+  *c_out = std::move(c);
+  *note_bytes_out = note_bytes;
+  *expected_out = expected;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeKvCapture(std::span<const uint8_t> bytes, KvCapture* out) {
+  auto corrupt = [](const std::string& message) { return Status::Corruption("KV capture: " + message); };
+  KvCapture c;
+  uint32_t note_bytes = 0;
+  uint64_t expected = 0;
+  MINIMAKV_RETURN_IF_ERROR(DecodeKvCaptureHeader(bytes, bytes.size(), &c, &note_bytes, &expected));
+  const uint8_t* p = bytes.data();
+  const LayerSizes sizes = SizesOf(c);
   const uint64_t stored_sum = GetU64(p + expected - kChecksumBytes);
   const uint64_t sum = Fnv1a64(p, size_t(expected - kChecksumBytes));
   if (stored_sum != sum) {
@@ -320,6 +342,13 @@ Status ReadKvCapture(const std::string& path, KvCapture* out) {
   in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
   if (!in) return Status::Corruption("KV capture '" + path + "': read error");
   if (bytes.size() == kKvCaptureHeaderBytes && std::memcmp(bytes.data(), kKvCaptureMagic, sizeof(kKvCaptureMagic)) == 0) {
+    // A header that disagrees with the file's size is reported before the file is read whole.
+    KvCapture header;
+    uint32_t note_bytes = 0;
+    uint64_t expected = 0;
+    if (Status s = DecodeKvCaptureHeader(bytes, uint64_t(size), &header, &note_bytes, &expected); !s.ok()) {
+      return Status::Corruption("'" + path + "': " + s.message());
+    }
     try {
       bytes.resize(size_t(size));
     } catch (const std::exception&) {

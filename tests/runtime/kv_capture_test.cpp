@@ -221,6 +221,20 @@ TEST(KvCaptureTest, RejectsBadFilesNamingTheBadValue) {
   EXPECT_NE(read_file_of(std::vector<uint8_t>(good.begin(), good.begin() + 40)).find("truncated: 40 bytes"),
             std::string::npos);
   EXPECT_NE(read_file_of(std::vector<uint8_t>(good.begin(), good.end() - 1)).find("truncated"), std::string::npos);
+  // A capture's header on a (sparse) 64 GiB file: the size disagrees with the header, said before the file is read
+  // (was: it was read whole first, ResourceExhausted where 64 GiB did not fit, else 64 GiB read for nothing).
+  {
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file.write(reinterpret_cast<const char*>(good.data()), std::streamsize(good.size()));
+  }
+  std::error_code resize_error;
+  std::filesystem::resize_file(path, uint64_t(1) << 36, resize_error);
+  if (!resize_error) {
+    KvCapture read;
+    const Status s = ReadKvCapture(path, &read);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find("size mismatch: the file has 68719476736 bytes"), std::string::npos) << s.message();
+  }
   std::filesystem::remove(path);
 }
 
