@@ -95,6 +95,16 @@ TEST(CliRobustness, IncompleteModelFileIsNotSentToTheFetchScript) {
   std::remove(model_path.c_str());
 }
 
+// eval niah with no passkey per (context, depth) is a usage error (was: a table of zero cases and exit 0).
+TEST(CliRobustness, NiahWithoutSeedsIsAUsageError) {
+  for (const char* seeds : {"0", "-3"}) {
+    const CliResult r = RunCli(std::string("eval niah --progress off --contexts 300 --seeds ") + seeds);
+    EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+    EXPECT_NE(r.stderr_text.find(std::string("--seeds ") + seeds + " must be >= 1"), std::string::npos)
+        << r.stderr_text;
+  }
+}
+
 // A text of fewer than 2 tokens has no position to score: a usage error naming the text (was: exit 0 with
 // 0 positions and a perplexity of exp(0 / 1); a text of 0 tokens divided by zero).
 TEST(CliRobustness, KldTextTooShortIsAUsageError) {

@@ -143,6 +143,10 @@ int RunNiah(const std::vector<std::string>& args) {
                    &answers_path);
   int exit_code = kExitOk;
   if (!ParseFlags(parser, args, &exit_code)) return exit_code;
+  // Checked before the model loads: zero cases would print a table of zeros and exit 0.
+  if (seeds < 1) {
+    return ReportError(command, Status::InvalidArgument("--seeds " + std::to_string(seeds) + " must be >= 1"));
+  }
 
   std::unique_ptr<LlamaModel> model;
   Status s = LoadModel(model_path, &model);
