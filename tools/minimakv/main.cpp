@@ -3,6 +3,8 @@
 // in namespace minimakv::cli, plus one X(...) line below.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,20 @@ void PrintToolHelp(std::FILE* out) {
                "Start with: minimakv tour\n");
 }
 
+// Runs one command. The library reports a caller's mistakes as Status values; an exception that still escapes (an
+// allocation the checks did not foresee, a bug) ends the command with a message and exit code 1 instead of
+// std::terminate's abort.
+int RunCommand(const Command& command, const std::vector<std::string>& args) {
+  try {
+    return command.run(args);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "minimakv %s: error: out of memory\n", command.name);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "minimakv %s: error: unexpected exception: %s\n", command.name, e.what());
+  }
+  return kExitFailure;
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2) {
     PrintToolHelp(stdout);  // no command: help (the tour is one word away and takes a while)
@@ -55,7 +71,7 @@ int Main(int argc, char** argv) {
   if (name == "-h" || name == "--help" || name == "help") {
     if (argc >= 3) {  // `minimakv help plan` = `minimakv plan --help`
       for (const Command& c : kCommands) {
-        if (argv[2] == std::string(c.name)) return c.run({"--help"});
+        if (argv[2] == std::string(c.name)) return RunCommand(c, {"--help"});
       }
     }
     PrintToolHelp(stdout);
@@ -67,7 +83,7 @@ int Main(int argc, char** argv) {
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const Command& c : kCommands) {
-    if (name == c.name) return c.run(args);
+    if (name == c.name) return RunCommand(c, args);
   }
   std::fprintf(stderr, "minimakv: unknown command '%s'\n\n", name.c_str());
   PrintToolHelp(stderr);
