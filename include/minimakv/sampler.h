@@ -1,7 +1,7 @@
 // Sampler: picks the next token from logits. Greedy (temperature 0) takes the arg-max (lowest id on ties);
 // otherwise softmax at `temperature`, restricted to the smallest set of most likely tokens whose
 // probability reaches top_p (nucleus sampling, arXiv 1904.09751), drawn with a seeded generator so runs
-// repeat exactly.
+// repeat exactly. NaN logits are never picked (token 0 if all are NaN); +inf logits share all the mass.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> candidates_;
 };
 
-// Arg-max with the lowest index on ties.
+// Arg-max with the lowest index on ties; NaN entries are skipped (0 if all are NaN).
 int32_t ArgMax(std::span<const float> logits);
 
 }  // namespace minimakv

@@ -6,9 +6,12 @@
 namespace minimakv {
 
 int32_t ArgMax(std::span<const float> logits) {
+  // NaN logits (a broken model or weights) never win; all NaN gives token 0.
   int32_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+    if (logits[i] > logits[size_t(best)] || (std::isnan(logits[size_t(best)]) && !std::isnan(logits[i]))) {
+      best = int32_t(i);
+    }
   }
   return best;
 }
@@ -31,7 +34,10 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   const float max_logit = logits[size_t(ArgMax(logits))];
   double total = 0.0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    const float p = std::exp((logits[i] - max_logit) / options_.temperature);
+    float p = std::exp((logits[i] - max_logit) / options_.temperature);
+    // A NaN logit gets no mass; a +inf maximum (inf - inf = NaN) takes it all, shared with any other +inf. So the
+    // weights are ordered numbers and the sort below gets a strict weak order (NaN would make it undefined).
+    if (std::isnan(p)) p = logits[i] == max_logit ? 1.0f : 0.0f;
     candidates_.emplace_back(p, int32_t(i));
     total += p;
   }

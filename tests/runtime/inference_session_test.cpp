@@ -395,5 +395,32 @@ TEST(Sampler, GreedyAndNucleus) {
   EXPECT_EQ(Sampler::Create({1.0f, 0.0f, 0}, &bad).code(), StatusCode::kInvalidArgument);
 }
 
+// Logits of a broken model: NaN entries are never picked, a +inf entry takes all the mass. (Before, NaN reached the
+// sort's comparator: no strict weak order, undefined behaviour, and ArgMax kept a NaN token 0.)
+TEST(Sampler, NanAndInfiniteLogits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(ArgMax(std::vector<float>{nan, -5.0f, 2.0f, nan}), 2);
+  EXPECT_EQ(ArgMax(std::vector<float>{nan, nan}), 0);
+  Sampler greedy;
+  ASSERT_TRUE(Sampler::Create({}, &greedy).ok());
+  EXPECT_EQ(greedy.Sample(std::vector<float>{nan, 1.0f, 0.5f}), 1);
+  Sampler hot;
+  ASSERT_TRUE(Sampler::Create({1.0f, 1.0f, 7}, &hot).ok());
+  std::vector<float> logits(3000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = i % 3 == 0 ? nan : float(i % 17) * 0.1f;
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = hot.Sample(logits);
+    ASSERT_TRUE(t >= 0 && t < int32_t(logits.size())) << t;
+    EXPECT_FALSE(std::isnan(logits[size_t(t)])) << t;
+  }
+  logits[1234] = inf;
+  logits[2000] = inf;
+  for (int i = 0; i < 50; ++i) {
+    const int32_t t = hot.Sample(logits);
+    EXPECT_TRUE(t == 1234 || t == 2000) << t;
+  }
+}
+
 }  // namespace
 }  // namespace minimakv
