@@ -18,6 +18,8 @@
 namespace minimakv {
 
 inline constexpr size_t kPageAlignBytes = 64;
+// The most tokens a page may hold: every holder of pages (layouts, the cache, sessions, capture files) checks this.
+inline constexpr int kMaxPageTokens = 65536;
 
 struct PageLayout {
   KvFormat format = KvFormat::kBf16;
@@ -50,7 +52,7 @@ struct PageLayout {
 };
 
 // InvalidArgument naming the bad field unless head_dim is supported and kv_heads, page_tokens are positive
-// (page_tokens <= 65536).
+// (page_tokens <= kMaxPageTokens).
 Status CheckPageLayout(const PageLayout& layout);
 
 }  // namespace minimakv

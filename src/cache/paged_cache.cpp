@@ -7,12 +7,12 @@
 
 #include "minimakv/bf16_codec.h"
 #include "minimakv/fp8_codec.h"
+#include "minimakv/page_layout.h"
 #include "minimakv/tq3_codec.h"
 
 namespace minimakv {
 namespace {
 
-constexpr int kMaxPageTokens = 65536;
 // Far beyond any model's layer count; every sequence holds a block table per layer.
 constexpr int kMaxLayers = 65536;
 
@@ -47,7 +47,7 @@ Status CheckFiniteTokens(const float* x, const char* what, int num_tokens, int k
 Status PagedCache::Create(const CacheConfig& config, std::unique_ptr<PagedCache>* out) {
   if (config.num_layers <= 0 || config.num_layers > kMaxLayers) {
     return Status::InvalidArgument("CacheConfig.num_layers = " + std::to_string(config.num_layers) +
-                                   " must be in [1, 65536]");
+                                   " must be in [1, " + std::to_string(kMaxLayers) + "]");
   }
   if (config.kv_heads <= 0) {
     return Status::InvalidArgument("CacheConfig.kv_heads = " + std::to_string(config.kv_heads) + " must be > 0");
@@ -55,7 +55,7 @@ Status PagedCache::Create(const CacheConfig& config, std::unique_ptr<PagedCache>
   MINIMAKV_RETURN_IF_ERROR(CheckHeadDim(config.head_dim));
   if (config.page_tokens < 1 || config.page_tokens > kMaxPageTokens) {
     return Status::InvalidArgument("CacheConfig.page_tokens = " + std::to_string(config.page_tokens) +
-                                   " must be in [1, 65536]");
+                                   " must be in [1, " + std::to_string(kMaxPageTokens) + "]");
   }
   if (config.hot_format != KvFormat::kFp8 && config.hot_format != KvFormat::kBf16) {
     return Status::InvalidArgument("CacheConfig.hot_format = " + FormatName(config.hot_format) +

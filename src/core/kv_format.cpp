@@ -38,8 +38,9 @@ Status CheckPageLayout(const PageLayout& layout) {
   if (layout.kv_heads < 1 || layout.kv_heads > 256) {
     return Status::InvalidArgument("kv_heads " + std::to_string(layout.kv_heads) + " must be in [1, 256]");
   }
-  if (layout.page_tokens < 1 || layout.page_tokens > 65536) {
-    return Status::InvalidArgument("page_tokens " + std::to_string(layout.page_tokens) + " must be in [1, 65536]");
+  if (layout.page_tokens < 1 || layout.page_tokens > kMaxPageTokens) {
+    return Status::InvalidArgument("page_tokens " + std::to_string(layout.page_tokens) + " must be in [1, " +
+                                   std::to_string(kMaxPageTokens) + "]");
   }
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "minimakv/cpu_attention.h"
+#include "minimakv/page_layout.h"
 #include "minimakv/paged_cache.h"
 #include "minimakv/partial_state.h"
 #include "minimakv/scalar_formats.h"
@@ -210,9 +211,9 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
     cc.head_dim = c.head_dim;
     cc.page_tokens = options.page_tokens;
     // Checked before the page count divides by it (PagedCache::Create would say the same, but only later).
-    if (options.page_tokens < 1 || options.page_tokens > 65536) {
+    if (options.page_tokens < 1 || options.page_tokens > kMaxPageTokens) {
       return Status::InvalidArgument("SessionOptions.page_tokens = " + std::to_string(options.page_tokens) +
-                                     " must be in [1, 65536]");
+                                     " must be in [1, " + std::to_string(kMaxPageTokens) + "]");
     }
     // Pages for max_tokens per layer, one spare for the partly-filled page (int64: max_tokens may be INT_MAX).
     const int64_t pages_per_layer =

@@ -8,6 +8,7 @@
 #include <exception>
 #include <iterator>
 
+#include "minimakv/page_layout.h"
 #include "minimakv/scalar_formats.h"
 
 namespace minimakv {
@@ -70,7 +71,9 @@ Status CheckShape(const KvCapture& c) {
     return bad("num_q_heads", c.num_q_heads, "must be in [1, 8192] and a multiple of kv_heads " + std::to_string(c.kv_heads));
   }
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) return bad("head_dim", c.head_dim, "is not 64, 128 or 256");
-  if (c.page_tokens < 1 || c.page_tokens > 65536) return bad("page_tokens", c.page_tokens, "not in [1, 65536]");
+  if (c.page_tokens < 1 || c.page_tokens > kMaxPageTokens) {
+    return bad("page_tokens", c.page_tokens, "not in [1, " + std::to_string(kMaxPageTokens) + "]");
+  }
   if (!std::isfinite(c.sm_scale) || !(c.sm_scale > 0.0f)) {
     return Status::InvalidArgument("KV capture: sm_scale " + std::to_string(c.sm_scale) + " is not finite and > 0");
   }
