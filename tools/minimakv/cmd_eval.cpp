@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,15 +52,6 @@ Status ReadTextFiles(const std::string& paths, std::string* text) {
   }
   if (text->empty()) return Status::InvalidArgument("--text '" + paths + "' names no readable text");
   return Status::Ok();
-}
-
-Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model) {
-  Status s = LlamaModel::Load(path, model);
-  // The hint only where the default model is absent: a file that lacks a key or tensor is not fixed by a fetch.
-  if (s.code() == StatusCode::kNotFound && path == DefaultModelPath() && !std::filesystem::exists(path)) {
-    s = Status::NotFound(s.message() + " (fetch the default model with scripts/fetch_model.sh)");
-  }
-  return s;
 }
 
 Status MakeSessions(const LlamaModel* model, int max_tokens, int threads, const std::vector<int>& hot_layers,

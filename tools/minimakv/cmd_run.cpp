@@ -3,7 +3,6 @@
 // mode: KV bytes per token, compression vs BF16, the answer, correct or not, decode tokens/s.
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -48,14 +47,8 @@ int RunRunCommand(const std::vector<std::string>& args) {
   ProgressLine progress("run", ProgressModeFrom(progress_flag));
   progress.Update("loading " + model_path);
   std::unique_ptr<LlamaModel> model;
-  Status s = LlamaModel::Load(model_path, &model);
-  if (!s.ok()) {
-    // The hint only where the default model is absent: a file that lacks a key or tensor is not fixed by a fetch.
-    if (s.code() == StatusCode::kNotFound && model_path == DefaultModelPath() && !std::filesystem::exists(model_path)) {
-      s = Status::NotFound(s.message() + " (fetch the default model with scripts/fetch_model.sh)");
-    }
-    return ReportError(command, s);
-  }
+  Status s = LoadModel(model_path, &model);
+  if (!s.ok()) return ReportError(command, s);
   const Tokenizer& tok = model->tokenizer();
   PasskeyCase pcase;
   s = BuildPasskeyCase(tok, context_tokens, depth, uint64_t(seed), &pcase);

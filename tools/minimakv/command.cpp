@@ -1,7 +1,10 @@
 #include "command.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <limits>
+
+#include "minimakv/model_files.h"
 
 namespace minimakv::cli {
 
@@ -32,6 +35,14 @@ void PrintJson(const JsonValue& value) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+}
+
+Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model) {
+  Status s = LlamaModel::Load(path, model);
+  if (s.code() == StatusCode::kNotFound && path == DefaultModelPath() && !std::filesystem::exists(path)) {
+    s = Status::NotFound(s.message() + " (fetch the default model with scripts/fetch_model.sh)");
+  }
+  return s;
 }
 
 Status SessionCapacity(size_t prompt_tokens, int64_t new_tokens, const std::string& flag, int* max_tokens) {

@@ -3,9 +3,11 @@
 // work failed, 2 for a usage error (unknown flag, bad value).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "minimakv/llama_model.h"
 #include "minimakv/status.h"
 #include "tools/cli_args.h"
 #include "tools/json.h"
@@ -26,6 +28,10 @@ int ReportError(const std::string& command, const Status& status);
 
 // Writes `value` to stdout followed by a newline. Pretty-printed with 2-space indent.
 void PrintJson(const JsonValue& value);
+
+// LlamaModel::Load; where the default model file (DefaultModelPath) is absent, the NotFound also says how to
+// fetch it (a file that lacks a key or tensor is not fixed by a fetch, so other errors carry no hint).
+Status LoadModel(const std::string& path, std::unique_ptr<LlamaModel>* model);
 
 // The KV capacity (SessionOptions::max_tokens) for a prompt of `prompt_tokens` tokens and `new_tokens` decoded
 // after it: prompt + new + 1, summed in 64 bits. InvalidArgument naming `flag` when new_tokens is negative or the
