@@ -467,8 +467,13 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   std::vector<HostView> views(c.formats.size());
   // Each page draws its K/V from its own engine, seeded from rng in a fixed order, so the pages are the same whatever
   // the number of host threads that fill them.
-  std::vector<std::pair<int, int>> fills;  // (view, position in its page list)
-  std::vector<uint64_t> fill_seeds;
+  struct PageFill {
+    int view;          // index into views
+    int page_id;       // physical page in the view's image
+    int valid_tokens;  // tokens on this page (the last page of a sequence may be partly filled)
+    uint64_t seed;
+  };
+  std::vector<PageFill> fills;
   for (size_t f = 0; f < c.formats.size(); ++f) {
     HostView& v = views[f];
     v.layout = PageLayout{c.formats[f], c.kv_heads, d, c.page_tokens};
@@ -485,9 +490,10 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
       const int n = tokens[f][s];
       const int pages = (n + c.page_tokens - 1) / c.page_tokens;
       for (int p = 0; p < pages; ++p) {
-        fills.emplace_back(int(f), int(v.ids.size()));
-        fill_seeds.push_back(rng());
-        v.ids.push_back(free_ids[next++]);
+        const int valid = p == pages - 1 ? n - p * c.page_tokens : c.page_tokens;
+        const int32_t id = free_ids[next++];
+        fills.push_back({int(f), id, valid, rng()});
+        v.ids.push_back(id);
       }
       v.indptr.push_back(int32_t(v.ids.size()));
       v.last.push_back(n == 0 ? 0 : n - (pages - 1) * c.page_tokens);
@@ -495,14 +501,12 @@ void TestDecode(std::mt19937_64& rng, const DecodeCase& c, int num_seqs, const s
   }
   // Each fill writes its own page's bytes.
   ParallelFor(int(fills.size()), [&](int index) {
-    HostView& v = views[fills[index].first];
-    const int pi = fills[index].second;
-    const int s = int(std::upper_bound(v.indptr.begin(), v.indptr.end(), pi) - v.indptr.begin()) - 1;
-    const int valid = pi == v.indptr[s + 1] - 1 ? v.last[s] : c.page_tokens;
-    uint8_t* page = v.image.data() + size_t(v.ids[pi]) * v.layout.page_bytes();
-    std::mt19937_64 fill_rng(fill_seeds[index]);
+    const PageFill& fill = fills[size_t(index)];
+    HostView& v = views[size_t(fill.view)];
+    uint8_t* page = v.image.data() + size_t(fill.page_id) * v.layout.page_bytes();
+    std::mt19937_64 fill_rng(fill.seed);
     std::vector<float> x(d);
-    for (int tok = 0; tok < valid; ++tok) {
+    for (int tok = 0; tok < fill.valid_tokens; ++tok) {
       for (int h = 0; h < c.kv_heads; ++h) {
         for (int kv = 0; kv < 2; ++kv) {
           // Per-token magnitudes over 3 decades (1e-2 .. 10): attention logits up to a few tens.
