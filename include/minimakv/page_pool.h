@@ -47,8 +47,11 @@ class PagePool {
   // Pops the top of the free list, zeroes the page, sets its ref_count to 1.
   // ResourceExhausted naming the format and capacity when no page is free (the pool is unchanged).
   Status Allocate(int32_t* page_id);
-  // ref_count += 1. InvalidArgument for an id out of range or a free page.
+  // ref_count += 1. InvalidArgument for an id out of range or a free page; ResourceExhausted (the count
+  // unchanged) for a page that already holds kMaxPageRefs references.
   Status AddRef(int32_t page_id);
+  // The most references one page can hold (the count is an int32_t): 2^31 - 1 forks sharing one page.
+  static constexpr int32_t kMaxPageRefs = 2147483647;
   // ref_count -= 1; at 0 the page goes on top of the free list and *freed (if non-null) is set to true.
   // InvalidArgument for an id out of range or a free page.
   Status Release(int32_t page_id, bool* freed = nullptr);
@@ -66,6 +69,7 @@ class PagePool {
   std::vector<int32_t> FreeListTopFirst() const;
 
  private:
+  friend struct PagePoolTestPeer;  // tests: sets a page's count near kMaxPageRefs (2^31 AddRefs take seconds)
   PagePool() = default;
 
   PageLayout layout_;

@@ -101,6 +101,8 @@ class PagedCache {
   Status Append(SeqId seq, int layer, const float* k, const float* v, int num_tokens);
 
   // New sequence `*child` sharing every page of `parent` (all layers) and its pins. Never allocates pages.
+  // ResourceExhausted (the cache unchanged) when a page of `parent` already holds PagePool::kMaxPageRefs
+  // references.
   Status Fork(SeqId parent, SeqId* child);
 
   // Drops `seq` and its references; pages whose last reference goes return to their pool's free list.

@@ -61,6 +61,11 @@ Status PagePool::AddRef(int32_t page_id) {
     return Status::InvalidArgument("AddRef on " + std::string(KvFormatName(layout_.format)) + " page " +
                                    std::to_string(page_id) + " which is not live");
   }
+  if (ref_counts_[size_t(page_id)] == kMaxPageRefs) {
+    return Status::ResourceExhausted(std::string(KvFormatName(layout_.format)) + " page " + std::to_string(page_id) +
+                                     " already holds " + std::to_string(kMaxPageRefs) +
+                                     " references, the most a page can hold");
+  }
   ++ref_counts_[size_t(page_id)];
   return Status::Ok();
 }

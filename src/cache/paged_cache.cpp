@@ -209,9 +209,21 @@ Status PagedCache::Append(SeqId seq, int layer, const float* k, const float* v, 
 Status PagedCache::Fork(SeqId parent, SeqId* child) {
   const Sequence* source = nullptr;
   MINIMAKV_RETURN_IF_ERROR(FindSequence(parent, &source));
+  // All-or-nothing: check every page can take one more reference before taking any (a page appears once in a
+  // sequence's tables, so one check per page suffices).
+  for (const BlockTable& table : source->layers) {
+    for (const PageRef& page : table.pages) {
+      if (MutablePool(page.format)->ref_count(page.page_id) == PagePool::kMaxPageRefs) {
+        return Status::ResourceExhausted("Fork of sequence " + std::to_string(parent) + ": its " +
+                                         std::string(KvFormatName(page.format)) + " page " +
+                                         std::to_string(page.page_id) + " already holds " +
+                                         std::to_string(PagePool::kMaxPageRefs) + " references");
+      }
+    }
+  }
   Sequence copy = *source;
   for (const BlockTable& table : copy.layers) {
-    for (const PageRef& page : table.pages) (void)MutablePool(page.format)->AddRef(page.page_id);
+    for (const PageRef& page : table.pages) MINIMAKV_RETURN_IF_ERROR(MutablePool(page.format)->AddRef(page.page_id));
   }
   *child = next_seq_id_++;
   sequences_.emplace(*child, std::move(copy));
@@ -277,8 +289,9 @@ void PagedCache::MaybeConvert(const Sequence& sequence, BlockTable* table, size_
   const PageRef source = entry;
   int32_t converted = tq3_of_fp8_[size_t(source.page_id)];
   if (converted >= 0) {
-    // Another owner already converted this physical page: share its TQ3 page.
-    (void)tq3_pool->AddRef(converted);
+    // Another owner already converted this physical page: share its TQ3 page (if it can take one more
+    // reference; else this owner's page stays FP8, as with a full TQ3 pool).
+    if (!tq3_pool->AddRef(converted).ok()) return;
   } else {
     if (tq3_pool->free_pages() == 0) return;  // stays FP8: accounting counts it as stale_kept_hot
     (void)tq3_pool->Allocate(&converted);

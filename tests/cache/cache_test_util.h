@@ -6,7 +6,20 @@
 #include <random>
 #include <vector>
 
+#include "minimakv/page_pool.h"
 #include "minimakv/paged_cache.h"
+
+namespace minimakv {
+
+// Reaches into a pool to set a page's reference count directly, for the int32 limit (2^31 AddRefs or forks
+// would take seconds, or the memory of 2^31 sequences).
+struct PagePoolTestPeer {
+  static void SetRefCount(const PagePool* pool, int32_t page_id, int32_t count) {
+    const_cast<PagePool*>(pool)->ref_counts_[size_t(page_id)] = count;
+  }
+};
+
+}  // namespace minimakv
 
 namespace minimakv::cache_test {
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "cache/cache_test_util.h"
+
 namespace minimakv {
 namespace {
 
@@ -81,6 +83,26 @@ TEST(PagePool, AllocateReleaseLifoOrderAndRefCounts) {
   EXPECT_EQ(pool->Release(-1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pool->FreeListTopFirst(), (std::vector<int32_t>{0}));
   EXPECT_EQ(pool->ref_count(0), 0);
+}
+
+// The count is an int32_t: at kMaxPageRefs one more AddRef is an error that names the page and changes nothing.
+TEST(PagePool, AddRefStopsAtTheLargestCount) {
+  std::unique_ptr<PagePool> pool;
+  ASSERT_TRUE(PagePool::Create(TinyLayout(), 2 * 576, &pool).ok());
+  int32_t page = -1;
+  ASSERT_TRUE(pool->Allocate(&page).ok());
+  PagePoolTestPeer::SetRefCount(pool.get(), page, PagePool::kMaxPageRefs - 1);
+  ASSERT_TRUE(pool->AddRef(page).ok());
+  EXPECT_EQ(pool->ref_count(page), PagePool::kMaxPageRefs);
+  const Status more = pool->AddRef(page);
+  EXPECT_EQ(more.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(more.message().find("fp8 page 0 already holds 2147483647 references"), std::string::npos)
+      << more.message();
+  EXPECT_EQ(pool->ref_count(page), PagePool::kMaxPageRefs);
+  bool freed = true;
+  ASSERT_TRUE(pool->Release(page, &freed).ok());
+  EXPECT_FALSE(freed);
+  EXPECT_EQ(pool->ref_count(page), PagePool::kMaxPageRefs - 1);
 }
 
 TEST(PagePool, AllocatedPagesAreZeroed) {

@@ -415,6 +415,51 @@ TEST(PagedCache, ForkSharesPagesAndCopiesAPartlyFilledLastPageOnWrite) {
   EXPECT_EQ(fp8->FreeListTopFirst(), (std::vector<int32_t>{2, 0, 1, 3, 4, 5}));
 }
 
+// A page at the largest reference count: Fork is an error naming the parent and the page, and changes nothing
+// (no child, no reference taken on the parent's other pages).
+TEST(PagedCache, ForkOfAPageAtTheLargestRefCountIsAnErrorAndChangesNothing) {
+  auto cache = MakeCache(TinyConfig(6, 2, 100, 0));
+  SeqId a = -1, b = -1;
+  ASSERT_TRUE(cache->AddSequence(&a).ok());
+  AppendRandom(cache.get(), a, 6, 84);
+  const PagePool* fp8 = cache->Pool(KvFormat::kFp8);
+  ASSERT_EQ(Pages(*cache, a), (std::vector<PageRef>{Fp8(0), Fp8(1)}));
+  PagePoolTestPeer::SetRefCount(fp8, 1, PagePool::kMaxPageRefs);
+  const Status fork = cache->Fork(a, &b);
+  EXPECT_EQ(fork.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(fork.message().find("Fork of sequence 0: its fp8 page 1 already holds 2147483647 references"),
+            std::string::npos)
+      << fork.message();
+  EXPECT_EQ(b, -1);
+  EXPECT_EQ(fp8->ref_count(0), 1);
+  EXPECT_EQ(cache->SeqTokens(a, 0), 6);
+  PagePoolTestPeer::SetRefCount(fp8, 1, 1);
+  ASSERT_TRUE(cache->Fork(a, &b).ok());
+  EXPECT_EQ(b, 1);  // the failed fork took no id
+  EXPECT_EQ(fp8->ref_count(0), 2);
+}
+
+// The second owner of a converted page shares its TQ3 page; if that page is at the largest reference count, the
+// owner's page stays FP8 (as with a full TQ3 pool) and nothing else changes.
+TEST(PagedCache, SharingAConvertedPageAtTheLargestRefCountKeepsTheOwnersFp8Page) {
+  auto cache = MakeCache(TinyConfig(6, 3, 4, 0));
+  SeqId a = -1, b = -1;
+  ASSERT_TRUE(cache->AddSequence(&a).ok());
+  AppendRandom(cache.get(), a, 4, 97);
+  ASSERT_TRUE(cache->Fork(a, &b).ok());
+  const PagePool* fp8 = cache->Pool(KvFormat::kFp8);
+  const PagePool* tq3 = cache->Pool(KvFormat::kTq3);
+  AppendRandom(cache.get(), b, 4, 98);  // b converts fp8 page 0 -> tq3 page 0
+  ASSERT_EQ(Pages(*cache, b), (std::vector<PageRef>{Tq3(0), Fp8(1)}));
+  PagePoolTestPeer::SetRefCount(tq3, 0, PagePool::kMaxPageRefs);
+  AppendRandom(cache.get(), a, 4, 99);  // a would share tq3 page 0
+  EXPECT_EQ(Pages(*cache, a), (std::vector<PageRef>{Fp8(0), Fp8(2)}));
+  EXPECT_EQ(fp8->ref_count(0), 1);
+  EXPECT_EQ(tq3->ref_count(0), PagePool::kMaxPageRefs);
+  EXPECT_EQ(tq3->live_pages(), 1);
+  PagePoolTestPeer::SetRefCount(tq3, 0, 1);
+}
+
 TEST(PagedCache, SharedPageIsConvertedOnceAndTheMappingDiesWithThePage) {
   // No anchors, recent window 4 tokens: a full page converts as soon as 4 more tokens follow it.
   auto cache = MakeCache(TinyConfig(6, 3, 4, 0));
