@@ -4,7 +4,11 @@
 // this same process; what the merge adds to the step (the step against the partial kernels alone, alternating run by
 // run: merge_in_step_us) and the merge kernel's time alone (merge_us). Also FP8 -> TQ3 conversion throughput.
 // Usage: minimakv_cuda_bench [--csv FILE] [--runs N] [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired] [--query-tokens T] [--warmup-ms MS]
+//   [--timeline N] [--tq3-ctas auto|narrow|wide|paired] [--query-tokens T] [--warmup-ms MS] [--graph]
+// --graph (session 19): also time the step as a CUDA graph replay (the step captured once per format, the same
+// kernels with their programmatic dependencies as graph edges), run by run beside the eager step, after the same
+// flush: what a serving engine that replays its decode step from a graph pays. Printed as "graph", CSV column
+// graph_us (empty without --graph).
 // --warmup-ms MS (session 18): before timing a format, run its step (each after a flush, as the timed runs) for MS
 // ms more, so that the timed runs see the SM clock the board holds with that step running continuously; without it
 // they see the clock left by what ran before (the previous format's steps): at ~1 ms steps the board reaches its
@@ -320,6 +324,7 @@ int main(int argc, char** argv) {
   CudaTq3Ctas tq3_ctas = CudaTq3Ctas::kAuto;  // v23: the plan's TQ3 CTA shape (A/B in one binary)
   int query_tokens = 1;                       // session 16: query tokens per sequence
   int warmup_ms = 0;                          // session 18: steady-state warm-up per format
+  bool time_graph = false;                    // session 19: also time graph replays of the step
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 3 < argc) {
@@ -332,6 +337,7 @@ int main(int argc, char** argv) {
     }
     else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--graph")) time_graph = true;
     else if (!std::strcmp(argv[i], "--timeline") && i + 1 < argc) timeline_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_by_memset = !std::strcmp(argv[++i], "memset");
     else if (!std::strcmp(argv[i], "--query-tokens") && i + 1 < argc) {
@@ -437,7 +443,7 @@ int main(int argc, char** argv) {
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) {
     std::fprintf(csv, "kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps,"
-                 "merge_in_step_us\n");
+                 "merge_in_step_us,graph_us\n");
   }
   // v16: a GQA group of 16 (Qwen3-235B-A22B: 64 q / 4 kv heads, d 128; v17: one CTA of two head tiles per KV head for
   // FP8 / TQ3) and head_dim 64 (Llama-3.2-1B: 32 q / 8 kv heads) at 32K batch 8 (Qwen3-235B also at 64K batch 8).
@@ -564,28 +570,47 @@ int main(int argc, char** argv) {
         STATUS_OK(CudaDecodePartials(plan, views.data(), int(views.size()), d_q, d_ws, stream));
       };
       for (int w = 0; w < 3; ++w) time_once(step);
+      // The step captured into a graph (after the eager warm-up runs, so nothing is set up lazily inside the capture).
+      cudaGraphExec_t step_graph = nullptr;
+      if (time_graph) {
+        cudaGraph_t graph;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        step();
+        CUDA_OK(cudaStreamEndCapture(stream, &graph));
+        CUDA_OK(cudaGraphInstantiate(&step_graph, graph, 0));
+        CUDA_OK(cudaGraphDestroy(graph));
+        for (int w = 0; w < 3; ++w) time_once([&] { CUDA_OK(cudaGraphLaunch(step_graph, stream)); });
+      }
       const auto warmup_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(warmup_ms);
       while (std::chrono::steady_clock::now() < warmup_end) time_once(step);
       // The step and the step without its merge (the partial kernels alone) alternate run by run, so that their
       // difference, what the merge adds to the step, sees the same clocks; the merge kernel alone as an ordinary
       // launch after a flush (it then also pays a launch and the partial states' reads from DRAM).
-      std::vector<double> t, tp, tm;
+      std::vector<double> t, tp, tm, tg;
       for (int r = 0; r < runs; ++r) {
         t.push_back(time_once(step));
         tp.push_back(time_once(partials));
+        if (step_graph) tg.push_back(time_once([&] { CUDA_OK(cudaGraphLaunch(step_graph, stream)); }));
       }
+      if (step_graph) CUDA_OK(cudaGraphExecDestroy(step_graph));
+      const std::string graph_us = tg.empty() ? std::string() : std::to_string(Median(tg));
       for (int r = 0; r < std::max(5, runs / 3); ++r) tm.push_back(time_once(merge));
       const double us = Median(t);
       const double merge_in_step_us = us - Median(tp);
       const double gbps = double(kv_bytes) / us * 1e-3;
       std::printf("%-12s ctx %6d batch %2d %-5s %9.1f us  %10.1f MB  %6.0f GB/s  %5.1f%% of read BW  merge in step"
-                  " %5.1f us (alone %5.1f)  items %d\n",
+                  " %5.1f us (alone %5.1f)  items %d",
                   label.c_str(), ctx, batch, variant.name, us, kv_bytes / 1e6, gbps, 100.0 * gbps / read_gbps,
                   merge_in_step_us, Median(tm), plan.total_items());
+      if (!tg.empty()) {
+        std::printf("  graph %9.1f us (%5.1f%% of read BW)", Median(tg),
+                    100.0 * double(kv_bytes) / Median(tg) * 1e-3 / read_gbps);
+      }
+      std::printf("\n");
       if (csv) {
-        std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f\n", label.c_str(), ctx, batch,
+        std::fprintf(csv, "decode,%s,%d,%d,%s,%.2f,%zu,%.1f,%.2f,%.2f,%d,%.1f,%.2f,%s\n", label.c_str(), ctx, batch,
                      variant.name, us, kv_bytes, gbps, 100.0 * gbps / read_gbps, Median(tm), plan.total_items(),
-                     read_gbps, merge_in_step_us);
+                     read_gbps, merge_in_step_us, graph_us.c_str());
         std::fflush(csv);
       }
       if (timeline_steps > 0) {
@@ -674,7 +699,7 @@ int main(int argc, char** argv) {
     std::printf("convert %-12s %d pages of %d tokens: %.1f us, %.2f M pages/s, %.0f GB/s (fp8 read + tq3 written)\n",
                 shape.name, pages, kPageTokens, us, pages / us, double(bytes) / us * 1e-3);
     if (csv) {
-      std::fprintf(csv, "convert,%s,%d,%d,fp8->tq3,%.2f,%zu,%.1f,%.2f,0,0,%.1f,0\n", shape.name, kPageTokens, pages, us,
+      std::fprintf(csv, "convert,%s,%d,%d,fp8->tq3,%.2f,%zu,%.1f,%.2f,0,0,%.1f,0,\n", shape.name, kPageTokens, pages, us,
                    bytes, double(bytes) / us * 1e-3, 100.0 * (double(bytes) / us * 1e-3) / read_gbps, read_gbps);
     }
     CUDA_OK(cudaFree(d_pairs));

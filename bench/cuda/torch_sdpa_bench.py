@@ -5,10 +5,12 @@ enable_gqa (no K/V expansion). Median of CUDA-event times, the L2 flushed before
 bench (--flush read: one read sweep of a 256 MB buffer, clean L2 lines; --flush memset: writing it, as
 triton.testing.do_bench does, which leaves dirty lines for the timed call to write back).
 Usage: python3 torch_sdpa_bench.py --csv OUT.csv [--quick] [--flush read|memset] [--only SHAPE CTX BATCH]...
-    [--query-tokens T] [--warmup-ms MS]
+    [--query-tokens T] [--warmup-ms MS] [--graph]
 --query-tokens T (session 16): T query tokens per sequence, each attending to the whole context (no mask), as the
 CUDA bench's --query-tokens; the shape column then reads SHAPE-tT.
 --warmup-ms MS (session 18): each point's step runs MS ms before it is timed, as the CUDA bench's --warmup-ms.
+--graph (session 19): also time the call as a torch.cuda.CUDAGraph replay (column graph_us), as the CUDA bench's
+--graph does for our step.
 """
 import argparse
 import csv
@@ -60,6 +62,7 @@ def main():
     parser.add_argument("--query-tokens", type=int, default=1)
     parser.add_argument("--warmup-ms", type=int, default=0,
                         help="run each point's step this long before timing it (steady-state clock)")
+    parser.add_argument("--graph", action="store_true", help="also time CUDA graph replays of the call")
     args = parser.parse_args()
     if args.warmup_ms < 0:
         parser.error(f"--warmup-ms takes milliseconds >= 0, not {args.warmup_ms}")
@@ -98,13 +101,28 @@ def main():
         us = time_us(fn, flush, args.warmup_ms)
         gbps = kv_bytes / us * 1e-3
         label = name if tokens == 1 else f"{name}-t{tokens}"
-        print(f"torch sdpa {label:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s", flush=True)
-        rows.append(["torch_sdpa", label, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}"])
+        graph_us = ""
+        graph_text = ""
+        if args.graph:
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()  # warm-up off the capture, as torch's CUDA graph notes ask
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                fn()
+            graph_us = f"{time_us(graph.replay, flush):.2f}"
+            graph_text = f"  graph {float(graph_us):9.1f} us"
+            del graph
+        print(f"torch sdpa {label:12s} ctx {ctx:6d} batch {batch:2d} {us:9.1f} us {gbps:6.0f} GB/s{graph_text}",
+              flush=True)
+        rows.append(["torch_sdpa", label, ctx, batch, "torch_bf16", f"{us:.2f}", kv_bytes, f"{gbps:.1f}", graph_us])
         del q, k, v
         torch.cuda.empty_cache()
     with open(args.csv, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["kind", "shape", "context", "batch", "format", "time_us", "kv_bytes", "gbps"])
+        w.writerow(["kind", "shape", "context", "batch", "format", "time_us", "kv_bytes", "gbps", "graph_us"])
         w.writerows(rows)
 
 
