@@ -40,7 +40,7 @@ for spec in "$@"; do
 done
 [[ ${#names[@]} -eq 0 ]] && exit $status
 csv=$OUT_DIR/${AB_CSV:-bin-ab.csv}
-echo "run,variant,round,kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps,merge_in_step_us" > "$csv"
+echo "run,variant,round,kind,shape,context,batch,format,time_us,kv_bytes,gbps,pct_read_bw,merge_us,items,read_bw_gbps,merge_in_step_us,graph_us" > "$csv"
 run=$(date -u +%H:%M)
 for round in $(seq 1 "${ROUNDS:-3}"); do
   for i in "${!names[@]}"; do
