@@ -10,6 +10,7 @@ whole step; tests/python/torch_decode_check.py runs one against torch attention.
     fp8 = PagePool(FORMAT_FP8, num_pages=1024, kv_heads=8, head_dim=128)
     append(fp8, k, v, slot_mapping)                  # k, v [tokens][kv_heads][head_dim] bf16 or fp32
     tq3 = PagePool(FORMAT_TQ3, num_pages=1024, kv_heads=8, head_dim=128)
+    stale = pages_to_convert(old_tokens, new_tokens)   # the retention policy: which of a sequence's pages go
     convert_to_tq3(fp8, tq3, [(src, dst, tokens), ...])
     views = [PagedView(fp8, fp8_pages_per_seq, fp8_tokens_per_seq), PagedView(tq3, tq3_pages_per_seq, ...)]
     plan = DecodePlan(views, num_q_heads=32)          # host planning + workspace + upload
@@ -23,7 +24,7 @@ import torch
 
 FORMAT_BF16, FORMAT_FP8, FORMAT_TQ3 = 0, 1, 2
 FORMAT_NAMES = {FORMAT_BF16: "bf16", FORMAT_FP8: "fp8", FORMAT_TQ3: "tq3"}
-API_VERSION = 2  # MINIMAKV_C_API_VERSION this module was written against
+API_VERSION = 3  # MINIMAKV_C_API_VERSION this module was written against
 _STATUS_NAMES = {1: "InvalidArgument", 2: "ResourceExhausted", 3: "NotFound", 4: "Corruption", 5: "Unsupported",
                  6: "Internal"}
 _INPUT_DTYPES = {torch.float32: 0, torch.bfloat16: 1}  # MINIMAKV_DTYPE_*
@@ -49,6 +50,7 @@ _SIGNATURES = {
     "minimakv_api_version": [_PTR],
     "minimakv_default_rotation_seed": [_PTR],
     "minimakv_page_bytes": [_I32, _I32, _I32, _I32, _PTR],
+    "minimakv_pages_to_convert": [_I32, _I32, _I32, _I64, _I64, _PTR, _I32, _PTR, _I64, _PTR],
     "minimakv_cuda_append": [_I32, _I32, _I32, _I32, _PTR, _PTR, _I32, _I32, _PTR, _PTR, _I64, _PTR, _PTR],
     "minimakv_cuda_read_error_flag": [_PTR, _PTR],
     "minimakv_cuda_convert_fp8_to_tq3": [_I32, _I32, _I32, _PTR, _PTR, _I64, _I64, _PTR, _I32, _U64, _PTR, _PTR],
@@ -150,6 +152,24 @@ def default_rotation_seed():
     out = _U64()
     _call("minimakv_default_rotation_seed", ctypes.byref(out))
     return out.value
+
+
+def pages_to_convert(old_tokens, new_tokens, anchor_tokens=256, recent_tokens=1024, page_tokens=64, pins=()):
+    """Indices (in the sequence, increasing) of the pages the retention policy converts FP8 -> TQ3 when one layer of
+    a sequence grows from old_tokens to new_tokens tokens: full pages that left the recent window with this growth
+    and hold none of the first anchor_tokens tokens nor a token of a pinned (begin, end) range (retention_policy.h
+    PagesToConvert, what the library's host cache converts). old_tokens=0: every stale page of the sequence."""
+    for name, value in (("old_tokens", old_tokens), ("new_tokens", new_tokens), ("page_tokens", page_tokens)):
+        if not isinstance(value, int):
+            raise ValueError(f"{name} must be an int, not {type(value).__name__}")
+    pins = [(int(begin), int(end)) for begin, end in pins]
+    flat = (_I64 * max(1, 2 * len(pins)))(*[x for pin in pins for x in pin])
+    capacity = max(0, (new_tokens - old_tokens) // max(1, page_tokens)) + 1
+    out = (_I64 * capacity)()
+    count = _I64()
+    _call("minimakv_pages_to_convert", anchor_tokens, recent_tokens, page_tokens, old_tokens, new_tokens, flat,
+          len(pins), out, capacity, ctypes.byref(count))
+    return list(out[:count.value])
 
 
 class PagePool:

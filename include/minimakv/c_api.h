@@ -15,7 +15,9 @@
  *   minimakv_cuda_decode_run           partial kernels per format + merge (CudaDecodeRun; graph-capturable)
  *   minimakv_cuda_plan_destroy
  * and, for checks, minimakv_reference_decode_host: the fp64 reference attention (reference_attention.h) on host
- * copies of the pages.
+ * copies of the pages. minimakv_pages_to_convert (host only) tells which pages the retention policy converts after
+ * an append (retention_policy.h PagesToConvert), so an engine with device pools follows the same policy as
+ * PagedCache.
  */
 #ifndef MINIMAKV_C_API_H_
 #define MINIMAKV_C_API_H_
@@ -33,8 +35,9 @@ extern "C" {
 #endif
 
 /* Bumped when a signature below changes; the Python wrapper refuses a library of another version. */
-/* 2 (session 16): query_tokens in plan_create and reference_decode_host; pool sizes in convert. */
-#define MINIMAKV_C_API_VERSION 2
+/* 2 (session 16): query_tokens in plan_create and reference_decode_host; pool sizes in convert.
+ * 3 (session 19): minimakv_pages_to_convert. */
+#define MINIMAKV_C_API_VERSION 3
 
 /* Status codes: the values of minimakv::StatusCode. */
 #define MINIMAKV_OK 0
@@ -67,6 +70,19 @@ MINIMAKV_C_EXPORT int minimakv_default_rotation_seed(uint64_t* out_seed);
  * is n * page_bytes bytes; page p starts at p * page_bytes. format: MINIMAKV_FORMAT_*; head_dim 64, 128 or 256. */
 MINIMAKV_C_EXPORT int minimakv_page_bytes(int32_t format, int32_t kv_heads, int32_t head_dim, int32_t page_tokens,
                                           int64_t* out_page_bytes);
+
+/* The pages of one sequence (indices in it, increasing) that the retention policy converts FP8 -> TQ3 when one
+ * layer grows from old_tokens to new_tokens tokens (retention_policy.h PagesToConvert): the full pages that left
+ * the recent window (the last recent_tokens tokens) with this growth, except those holding one of the first
+ * anchor_tokens tokens or a token of a pinned range. old_tokens = 0: every stale page of a new_tokens sequence.
+ *   pin_ranges   int64 [num_pins][2] (begin_token, end_token) pairs; may be null when num_pins = 0
+ *   out_pages    int64 [capacity]; (new_tokens - old_tokens) / page_tokens + 1 entries always suffice
+ *   *out_count   the number of pages. When they exceed capacity: MINIMAKV_RESOURCE_EXHAUSTED, *out_count set, and
+ *                nothing written to out_pages. */
+MINIMAKV_C_EXPORT int minimakv_pages_to_convert(int32_t anchor_tokens, int32_t recent_tokens, int32_t page_tokens,
+                                                int64_t old_tokens, int64_t new_tokens, const int64_t* pin_ranges,
+                                                int32_t num_pins, int64_t* out_pages, int64_t capacity,
+                                                int64_t* out_count);
 
 /* Appends num_tokens rows of K and V into pages of `format` (FP8 or BF16) on `stream` (asynchronous).
  *   d_key, d_value   device [num_tokens][kv_heads][head_dim], input_dtype MINIMAKV_DTYPE_*

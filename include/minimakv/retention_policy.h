@@ -13,9 +13,17 @@
 // by a large per-layer component that 3-bit codes cannot carry next to the per-token part: Qwen2.5-Coder-1.5B's
 // layer-0 key bias reaches 354 (rms 77; layer 1: 111; later layers < 14), and with those layers in TQ3 its
 // passkey answers fail where FP8 answers them (docs/BENCHMARKS.md, section 5).
+// The functions below are the policy's page arithmetic, shared by PagedCache (host pages) and by a GPU engine that
+// keeps its pages in device pools (cuda_cache_ops.h: it appends, asks PagesToConvert which pages just went stale,
+// and converts those with CudaConvertFp8ToTq3; also through the C ABI, c_api.h, and Python, docs/python.md).
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <vector>
+
+#include "minimakv/status.h"
+#include "minimakv/token_range.h"
 
 namespace minimakv {
 
@@ -28,5 +36,24 @@ struct RetentionPolicy {
 
 inline constexpr int kRecommendedRecentTokens = 1024;
 inline constexpr int kRecommendedAnchorTokens = 256;
+
+// Pages [0, StalePageEnd) of a sequence with num_tokens tokens lie wholly before its recent window: page i when
+// (i + 1) * page_tokens <= num_tokens - recent_tokens. Full pages only, so the partly filled last page is never
+// among them. REQUIRES page_tokens >= 1 (PagesToConvert checks its arguments).
+int64_t StalePageEnd(const RetentionPolicy& policy, int page_tokens, int64_t num_tokens);
+
+// The anchor tier: page `page_index` holds one of the first anchor_tokens tokens or a token of a pinned range.
+// REQUIRES page_tokens >= 1.
+bool IsAnchorPage(const RetentionPolicy& policy, int page_tokens, int64_t page_index,
+                  std::span<const TokenRange> pins = {});
+
+// The pages (indices in the sequence, increasing) that go FP8 -> TQ3 when one layer of a sequence grows from
+// old_tokens to new_tokens: those that left the recent window with this growth and are not anchors (pins
+// included); none when !policy.convert_stale_to_tq3. old_tokens = 0 gives every stale page of a sequence of
+// new_tokens tokens. What PagedCache::Append converts (hot layers aside: for a layer in policy.hot_layers nothing
+// converts, and the caller knows its layer). InvalidArgument naming the value for page_tokens outside [1,
+// kMaxPageTokens], negative token counts, new_tokens < old_tokens, negative windows or a null `pages`.
+Status PagesToConvert(const RetentionPolicy& policy, int page_tokens, int64_t old_tokens, int64_t new_tokens,
+                      std::span<const TokenRange> pins, std::vector<int64_t>* pages);
 
 }  // namespace minimakv

@@ -18,13 +18,6 @@ constexpr int kMaxLayers = 65536;
 
 std::string FormatName(KvFormat format) { return std::string(KvFormatName(format)); }
 
-// Number of leading logical pages that lie wholly before the recent window of a sequence with
-// `num_tokens` tokens: page i qualifies when (i + 1) * page_tokens <= num_tokens - recent_tokens.
-size_t StaleBoundary(int64_t num_tokens, int recent_tokens, int page_tokens) {
-  const int64_t outside = num_tokens - recent_tokens;
-  return outside <= 0 ? 0 : size_t(outside / page_tokens);
-}
-
 // Names the first non-finite value of x: [num_tokens][kv_heads][head_dim].
 Status CheckFiniteTokens(const float* x, const char* what, int num_tokens, int kv_heads, int head_dim) {
   const size_t total = size_t(num_tokens) * kv_heads * head_dim;
@@ -200,8 +193,8 @@ Status PagedCache::Append(SeqId seq, int layer, const float* k, const float* v, 
     table.num_tokens += count;
   }
   // Retention for the pages this append pushed out of the recent window.
-  const size_t begin = StaleBoundary(old_tokens, config_.policy.recent_tokens, page_tokens);
-  const size_t end = StaleBoundary(new_tokens, config_.policy.recent_tokens, page_tokens);
+  const size_t begin = size_t(StalePageEnd(config_.policy, page_tokens, old_tokens));
+  const size_t end = size_t(StalePageEnd(config_.policy, page_tokens, new_tokens));
   for (size_t index = begin; index < end; ++index) MaybeConvert(*sequence, &table, index);
   return Status::Ok();
 }
@@ -268,13 +261,7 @@ Status PagedCache::Pin(SeqId seq, int64_t begin_token, int64_t end_token) {
 }
 
 bool PagedCache::IsProtected(const Sequence& sequence, size_t page_index) const {
-  const int64_t page_begin = int64_t(page_index) * config_.page_tokens;
-  const int64_t page_end = page_begin + config_.page_tokens;
-  if (page_begin < config_.policy.anchor_tokens) return true;
-  for (const TokenRange& pin : sequence.pins) {
-    if (pin.begin_token < page_end && page_begin < pin.end_token) return true;
-  }
-  return false;
+  return IsAnchorPage(config_.policy, config_.page_tokens, int64_t(page_index), sequence.pins);
 }
 
 void PagedCache::MaybeConvert(const Sequence& sequence, BlockTable* table, size_t page_index) {
@@ -283,7 +270,7 @@ void PagedCache::MaybeConvert(const Sequence& sequence, BlockTable* table, size_
   if (is_hot_layer_[size_t(table - sequence.layers.data())]) return;
   PagePool* tq3_pool = MutablePool(KvFormat::kTq3);
   if (tq3_pool == nullptr) return;
-  if (page_index >= StaleBoundary(table->num_tokens, config_.policy.recent_tokens, config_.page_tokens)) return;
+  if (int64_t(page_index) >= StalePageEnd(config_.policy, config_.page_tokens, table->num_tokens)) return;
   if (IsProtected(sequence, page_index)) return;
 
   const PageRef source = entry;
@@ -334,7 +321,7 @@ Status PagedCache::ApplyRetention(SeqId seq) {
   Sequence* sequence = nullptr;
   MINIMAKV_RETURN_IF_ERROR(FindSequence(seq, &sequence));
   for (BlockTable& table : sequence->layers) {
-    const size_t end = StaleBoundary(table.num_tokens, config_.policy.recent_tokens, config_.page_tokens);
+    const size_t end = size_t(StalePageEnd(config_.policy, config_.page_tokens, table.num_tokens));
     for (size_t index = 0; index < end; ++index) MaybeConvert(*sequence, &table, index);
   }
   return Status::Ok();

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -20,6 +21,7 @@
 #include "minimakv/page_layout.h"
 #include "minimakv/paged_kv_view.h"
 #include "minimakv/reference_attention.h"
+#include "minimakv/retention_policy.h"
 #include "minimakv/status.h"
 
 using minimakv::Status;
@@ -157,6 +159,36 @@ int minimakv_page_bytes(int32_t format, int32_t kv_heads, int32_t head_dim, int3
     const minimakv::PageLayout layout{kv_format, kv_heads, head_dim, page_tokens};
     MINIMAKV_RETURN_IF_ERROR(minimakv::CheckPageLayout(layout));
     *out_page_bytes = int64_t(layout.page_bytes());
+    return Status::Ok();
+  });
+}
+
+int minimakv_pages_to_convert(int32_t anchor_tokens, int32_t recent_tokens, int32_t page_tokens, int64_t old_tokens,
+                              int64_t new_tokens, const int64_t* pin_ranges, int32_t num_pins, int64_t* out_pages,
+                              int64_t capacity, int64_t* out_count) {
+  return Guarded([&] {
+    if (out_count == nullptr) return Status::InvalidArgument("out_count is null");
+    if (num_pins < 0 || (num_pins > 0 && pin_ranges == nullptr)) {
+      return Status::InvalidArgument("num_pins " + std::to_string(num_pins) + " with pin_ranges " +
+                                     (pin_ranges == nullptr ? "null" : "set"));
+    }
+    if (capacity < 0 || (capacity > 0 && out_pages == nullptr)) {
+      return Status::InvalidArgument("capacity " + std::to_string(capacity) + " with out_pages " +
+                                     (out_pages == nullptr ? "null" : "set"));
+    }
+    std::vector<minimakv::TokenRange> pins(static_cast<size_t>(num_pins));
+    for (int32_t i = 0; i < num_pins; ++i) pins[size_t(i)] = {pin_ranges[2 * i], pin_ranges[2 * i + 1]};
+    minimakv::RetentionPolicy policy;
+    policy.anchor_tokens = anchor_tokens;
+    policy.recent_tokens = recent_tokens;
+    std::vector<int64_t> pages;
+    MINIMAKV_RETURN_IF_ERROR(minimakv::PagesToConvert(policy, page_tokens, old_tokens, new_tokens, pins, &pages));
+    *out_count = int64_t(pages.size());
+    if (int64_t(pages.size()) > capacity) {
+      return Status::ResourceExhausted(std::to_string(pages.size()) + " pages to convert exceed capacity " +
+                                       std::to_string(capacity));
+    }
+    std::copy(pages.begin(), pages.end(), out_pages);
     return Status::Ok();
   });
 }

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -458,6 +460,37 @@ TEST(PagedCache, SharingAConvertedPageAtTheLargestRefCountKeepsTheOwnersFp8Page)
   EXPECT_EQ(tq3->ref_count(0), PagePool::kMaxPageRefs);
   EXPECT_EQ(tq3->live_pages(), 1);
   PagePoolTestPeer::SetRefCount(tq3, 0, 1);
+}
+
+// PagedCache converts exactly what PagesToConvert (retention_policy.h, the function GPU engines call) lists for
+// each append, pins included.
+TEST(PagedCache, ConvertsWhatPagesToConvertLists) {
+  CacheConfig config = TinyConfig(40, 40, 9, 5);
+  auto cache = MakeCache(config);
+  SeqId a = -1;
+  ASSERT_TRUE(cache->AddSequence(&a).ok());
+  ASSERT_TRUE(cache->Pin(a, 30, 33).ok());
+  const std::vector<TokenRange> pins = {{30, 33}};
+  std::mt19937 rng(5);
+  int64_t tokens = 0;
+  int converted_total = 0;
+  while (tokens < 120) {
+    const int n = 1 + int(rng() % 11);
+    const std::vector<PageRef> before = Pages(*cache, a);
+    AppendRandom(cache.get(), a, n, 300 + uint64_t(tokens));
+    std::vector<int64_t> listed;
+    ASSERT_TRUE(PagesToConvert(config.policy, kPageTokens, tokens, tokens + n, pins, &listed).ok());
+    tokens += n;
+    const std::vector<PageRef> after = Pages(*cache, a);
+    for (size_t i = 0; i < after.size(); ++i) {
+      const bool is_listed = std::find(listed.begin(), listed.end(), int64_t(i)) != listed.end();
+      const KvFormat was = i < before.size() ? before[i].format : KvFormat::kFp8;
+      EXPECT_EQ(after[i].format, is_listed ? KvFormat::kTq3 : was) << "page " << i << " at " << tokens << " tokens";
+    }
+    converted_total += int(listed.size());
+  }
+  // 120 tokens, 30 pages: pages 0-1 hold anchors, 7-8 the pin, the last 9 tokens' pages are recent.
+  EXPECT_EQ(converted_total, int(StalePageEnd(config.policy, kPageTokens, tokens)) - 4);
 }
 
 TEST(PagedCache, SharedPageIsConvertedOnceAndTheMappingDiesWithThePage) {

@@ -16,6 +16,7 @@
 #include "minimakv/cuda_cache_ops.h"
 #include "minimakv/hadamard_rotation.h"
 #include "minimakv/reference_attention.h"
+#include "minimakv/retention_policy.h"
 
 namespace {
 
@@ -44,7 +45,8 @@ T* DeviceCopy(const std::vector<T>& host) {
 int main() {
   using namespace minimakv;
   // One Llama-3-8B layer (32 query / 8 KV heads, head_dim 128), pages of 64 tokens, two sequences of 1000 and 300
-  // cached tokens. Sequence 0 keeps page 0 (anchor) and its last 5 pages FP8; pages 1-10 go to TQ3.
+  // cached tokens. The retention policy (anchors 64, recent 256 tokens) keeps sequence 0's page 0 (anchor) and its
+  // last 5 pages FP8; pages 1-10 go to TQ3 (sequence 1 is all recent).
   constexpr int kQHeads = 32, kKvHeads = 8, kHeadDim = 128, kPageTokens = 64;
   constexpr int kSeqTokens[2] = {1000, 300};
   constexpr int kFp8Pages = 32, kTq3Pages = 16;
@@ -90,9 +92,22 @@ int main() {
     CheckCuda(cudaFree(d_slots), "free slots");
   }
 
-  // 2. Convert sequence 0's FP8 pages 1-10 (full pages that left the recent window) into TQ3 pages 0-9.
+  // 2. Convert the pages the policy says left the recent window (PagesToConvert, as the host cache would) into
+  // TQ3 pages 0, 1, ...: for sequence 0, its pages 1-10.
+  RetentionPolicy policy;
+  policy.anchor_tokens = 64;
+  policy.recent_tokens = 256;
   std::vector<CudaConvertPair> pairs;
-  for (int p = 1; p <= 10; ++p) pairs.push_back({p, p - 1, kPageTokens});
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int64_t> stale;
+    Check(PagesToConvert(policy, kPageTokens, 0, kSeqTokens[s], {}, &stale), "pages to convert");
+    for (int64_t p : stale) pairs.push_back({first_page[s] + int32_t(p), int32_t(pairs.size()), kPageTokens});
+  }
+  if (pairs.size() != 10 || pairs.front().src_page != 1 || pairs.back().src_page != 10) {
+    std::fprintf(stderr, "cuda_example: the policy converts %zu pages, expected sequence 0's pages 1-10\n",
+                 pairs.size());
+    return 1;
+  }
   CudaConvertPair* d_pairs = DeviceCopy(pairs);
   CudaConvertArgs convert;
   convert.fp8_layout = fp8, convert.tq3_layout = tq3, convert.d_fp8_pages = d_fp8, convert.d_tq3_pages = d_tq3;

@@ -120,12 +120,14 @@ class LayerCache:
     def convert_minima(self):
         """Converts the stale pages to TQ3 (Minima policy) and poisons their FP8 copies; returns the mix's views."""
         mk, torch, pt = self.mk, self.torch, self.pt
-        stale = []  # per sequence: indices of its pages that go to TQ3
+        stale = []  # per sequence: indices of its pages that go to TQ3, from the library's policy function
         for n in self.seq_tokens:
-            # Page i holds tokens [i*pt, (i+1)*pt): stale if none is an anchor (< 256) and none is recent
-            # (>= n - 1024). A partly filled page always holds the last token, so it is never stale.
-            stale.append([i for i in range((n + pt - 1) // pt)
-                          if i * pt >= ANCHOR_TOKENS and (i + 1) * pt <= n - RECENT_TOKENS])
+            stale.append(mk.pages_to_convert(0, n, ANCHOR_TOKENS, RECENT_TOKENS, pt))
+            # The same by hand: page i holds tokens [i*pt, (i+1)*pt): stale if none is an anchor (< 256) and none is
+            # recent (>= n - 1024). A partly filled page always holds the last token, so it is never stale.
+            by_hand = [i for i in range((n + pt - 1) // pt) if i * pt >= ANCHOR_TOKENS and (i + 1) * pt <= n - RECENT_TOKENS]
+            if stale[-1] != by_hand:
+                raise AssertionError(f"pages_to_convert(0, {n}) = {stale[-1]}, by hand {by_hand}")
         num_stale = sum(len(x) for x in stale)
         self.tq3 = mk.PagePool(mk.FORMAT_TQ3, num_stale + 3, self.kv_heads, self.head_dim, pt)
         tq3_order = torch.randperm(self.tq3.num_pages, generator=self.cpu_gen).tolist()
@@ -284,6 +286,14 @@ def bad_inputs(torch, mk, checker, cache, views, q):
                          lambda: mk.page_bytes(mk.FORMAT_FP8, 8, 96, 64))
     checker.expect_error("pool: page_tokens 0 (library check)", ValueError,
                          lambda: mk.PagePool(mk.FORMAT_FP8, 4, 8, 128, 0))
+    checker.expect_error("pages_to_convert: fewer tokens after than before (library check)", ValueError,
+                         lambda: mk.pages_to_convert(100, 50))
+    checker.expect_error("pages_to_convert: page_tokens 0 (library check)", ValueError,
+                         lambda: mk.pages_to_convert(0, 5000, page_tokens=0))
+    # An append of 64 tokens to a 4096-token sequence moves page 48 (tokens 3072-3135) out of the 1024-token
+    # window; a pin inside it keeps it FP8.
+    checker.check(mk.pages_to_convert(4096, 4160) == [48], "pages_to_convert: one page per 64 appended tokens")
+    checker.check(mk.pages_to_convert(4096, 4160, pins=[(3100, 3101)]) == [], "pages_to_convert: a pinned page stays")
     checker.expect_error("convert: destination page outside the pool", ValueError,
                          lambda: mk.convert_to_tq3(fp8, cache.tq3, [(0, cache.tq3.num_pages, 64)]))
     # Pairs already on the device: checked by the kernel, which converts nothing of a bad pair (session 16).
