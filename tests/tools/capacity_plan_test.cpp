@@ -4,9 +4,11 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "minimakv/block_table.h"
 #include "minimakv/model_shape.h"
+#include "minimakv/retention_policy.h"
 #include "tools/plan_report.h"
 
 namespace minimakv {
@@ -132,6 +134,32 @@ TEST(CapacityPlan, PartialTailPageAndOverlapsAreCountedOnce) {
   const CapacityPlan tail = PlanQwen(4097, PlanPolicy{.page_tokens = 64, .anchor_tokens = 0, .recent_tokens = 0});
   EXPECT_EQ(tail.minima_pages.fp8_pages_per_layer, 1);
   EXPECT_EQ(tail.minima_pages.tq3_pages_per_layer, 64);
+}
+
+// The plan's closed-form split of a request's pages is the policy the cache and GPU engines convert by
+// (retention_policy.h PagesToConvert): its TQ3 pages are exactly the pages PagesToConvert lists for the context.
+TEST(CapacityPlan, TheMinimaSplitIsWhatPagesToConvertLists) {
+  int cases = 0;
+  for (int page_tokens : {16, 64}) {
+    for (int anchor : {0, 100, 256}) {
+      for (int recent : {0, 100, 1024}) {
+        for (int64_t context = 1; context <= 5000; context += 97) {
+          const CapacityPlan plan = PlanQwen(
+              context, PlanPolicy{.page_tokens = page_tokens, .anchor_tokens = anchor, .recent_tokens = recent});
+          RetentionPolicy policy;
+          policy.anchor_tokens = anchor;
+          policy.recent_tokens = recent;
+          std::vector<int64_t> pages;
+          ASSERT_TRUE(PagesToConvert(policy, page_tokens, 0, context, {}, &pages).ok());
+          ASSERT_EQ(plan.minima_pages.tq3_pages_per_layer, int64_t(pages.size()))
+              << "context " << context << " page_tokens " << page_tokens << " anchor " << anchor << " recent "
+              << recent;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 3 * 3 * 52);
 }
 
 TEST(CapacityPlan, LlamaPagesUseItsHeadDim) {
