@@ -164,7 +164,8 @@ def pages_to_convert(old_tokens, new_tokens, anchor_tokens=256, recent_tokens=10
             raise ValueError(f"{name} must be an int, not {type(value).__name__}")
     pins = [(int(begin), int(end)) for begin, end in pins]
     flat = (_I64 * max(1, 2 * len(pins)))(*[x for pin in pins for x in pin])
-    capacity = max(0, (new_tokens - old_tokens) // max(1, page_tokens)) + 1
+    # Enough for any valid call; the library refuses lists of more than 2^26 pages, so cap the buffer there.
+    capacity = min(max(0, (new_tokens - old_tokens) // max(1, page_tokens)) + 1, (1 << 26) + 1)
     out = (_I64 * capacity)()
     count = _I64()
     _call("minimakv_pages_to_convert", anchor_tokens, recent_tokens, page_tokens, old_tokens, new_tokens, flat,

@@ -52,7 +52,9 @@ bool IsAnchorPage(const RetentionPolicy& policy, int page_tokens, int64_t page_i
 // included); none when !policy.convert_stale_to_tq3. old_tokens = 0 gives every stale page of a sequence of
 // new_tokens tokens. What PagedCache::Append converts (hot layers aside: for a layer in policy.hot_layers nothing
 // converts, and the caller knows its layer). InvalidArgument naming the value for page_tokens outside [1,
-// kMaxPageTokens], negative token counts, new_tokens < old_tokens, negative windows or a null `pages`.
+// kMaxPageTokens], negative token counts, new_tokens < old_tokens, negative windows, a null `pages`, or a growth
+// whose list would exceed kMaxPagesToConvert pages (2^26 pages: 2^32 tokens of 64-token pages; `pages` unchanged).
+inline constexpr int64_t kMaxPagesToConvert = int64_t(1) << 26;
 Status PagesToConvert(const RetentionPolicy& policy, int page_tokens, int64_t old_tokens, int64_t new_tokens,
                       std::span<const TokenRange> pins, std::vector<int64_t>* pages);
 

@@ -37,10 +37,17 @@ Status PagesToConvert(const RetentionPolicy& policy, int page_tokens, int64_t ol
     return Status::InvalidArgument("retention windows recent " + std::to_string(policy.recent_tokens) +
                                    ", anchor " + std::to_string(policy.anchor_tokens) + " must be >= 0");
   }
+  const int64_t begin = StalePageEnd(policy, page_tokens, old_tokens);
+  const int64_t end = StalePageEnd(policy, page_tokens, new_tokens);
+  if (end - begin > kMaxPagesToConvert) {
+    return Status::InvalidArgument("growth from " + std::to_string(old_tokens) + " to " + std::to_string(new_tokens) +
+                                   " tokens would list " + std::to_string(end - begin) + " pages, more than " +
+                                   std::to_string(kMaxPagesToConvert) + " in one call");
+  }
   pages->clear();
   if (!policy.convert_stale_to_tq3) return Status::Ok();
-  const int64_t end = StalePageEnd(policy, page_tokens, new_tokens);
-  for (int64_t page = StalePageEnd(policy, page_tokens, old_tokens); page < end; ++page) {
+  pages->reserve(size_t(end - begin));
+  for (int64_t page = begin; page < end; ++page) {
     if (!IsAnchorPage(policy, page_tokens, page, pins)) pages->push_back(page);
   }
   return Status::Ok();

@@ -108,6 +108,8 @@ TEST(RetentionPolicy, BadArgumentsAreErrorsNamingTheValue) {
   EXPECT_NE(message(64, 20, 10).find("old 20, new 10"), std::string::npos);
   policy.recent_tokens = -5;
   EXPECT_NE(message(64, 0, 10).find("recent -5"), std::string::npos);
+  policy.recent_tokens = 0;
+  EXPECT_NE(message(1, 0, int64_t(1) << 40).find("more than 67108864 in one call"), std::string::npos);
   EXPECT_EQ(pages, (std::vector<int64_t>{7}));  // untouched on error
   EXPECT_EQ(PagesToConvert(RetentionPolicy{}, 64, 0, 10, {}, nullptr).code(), StatusCode::kInvalidArgument);
 }
