@@ -56,6 +56,9 @@ struct SessionOptions {
   int recent_tokens = 1024;  // minima mode
   int anchor_tokens = 256;   // minima and tq3 modes
   std::vector<int> hot_layers;  // tq3 and minima modes: layers kept FP8 (RetentionPolicy::hot_layers)
+  // tq3 and minima modes: also keep FP8 the model's key-bias outlier layers (KeyBiasOutlierLayers in
+  // llama_model.h; Qwen2.5-Coder-1.5B: 0, 1, 7, 15; none without qkv biases). Session 19; false = hot_layers only.
+  bool auto_hot_layers = true;
   bool emulate_llama_cpp_f16 = true;  // dense mode only
   // Optional: called on the calling thread for every layer of every Forward chunk (and of a shared prefill, run
   // by sessions[0]) with that layer's post-RoPE q, k, v; for capturing a real model's K/V (kv_capture_model.h).

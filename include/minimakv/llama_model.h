@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,8 @@ class LlamaModel {
 
   struct Layer;
   const Layer& layer(int i) const { return *layers_[size_t(i)]; }
+  // Per layer, the largest |attn_k.bias| (0 for every layer of a model without qkv biases).
+  std::vector<float> MaxAbsKeyBias() const;
   const WeightMatrix& token_embedding() const { return *token_embd_; }
   const WeightMatrix& output() const { return tied() ? *token_embd_ : *output_; }
   const std::vector<float>& output_norm() const { return output_norm_; }
@@ -96,5 +99,16 @@ class LlamaModel {
   std::vector<std::vector<uint8_t>> requantized_;  // Q8_0 copies of K-quant matrices (kRequantQ8_0)
   size_t weight_bytes_ = 0;
 };
+
+// Layers whose keys carry a per-layer bias so large that per-token codes lose the per-token part: a component
+// every token of the layer shares dominates each key, and the per-vector scale (TQ3's norm, FP8's max) is spent on
+// it. A layer is an outlier when its largest |attn_k.bias| exceeds kKeyBiasOutlierFactor times the (lower) median
+// over the layers and kKeyBiasOutlierMin. Qwen2.5-Coder-1.5B: layers 0, 1, 7 and 15 (largest biases 354, 111, 43,
+// 46 against a median of 5; on its real K/V these are the layers where TQ3 fails, layer 15 with a head at cosine
+// 0.01: docs/BENCHMARKS.md section 5). Empty for a model without biases. InferenceSession keeps these layers in FP8
+// unless told not to (SessionOptions::auto_hot_layers).
+inline constexpr float kKeyBiasOutlierFactor = 4.0f;
+inline constexpr float kKeyBiasOutlierMin = 32.0f;
+std::vector<int> KeyBiasOutlierLayers(std::span<const float> max_abs_key_bias);
 
 }  // namespace minimakv

@@ -230,6 +230,9 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
     cc.policy.anchor_tokens = options.anchor_tokens;
     cc.policy.recent_tokens = options.recent_tokens;
     cc.policy.hot_layers = options.hot_layers;
+    if (options.auto_hot_layers) {
+      for (int layer : KeyBiasOutlierLayers(model->MaxAbsKeyBias())) cc.policy.hot_layers.push_back(layer);
+    }
     switch (options.mode) {
       case KvMode::kBf16:
         cc.hot_format = KvFormat::kBf16;

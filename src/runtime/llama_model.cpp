@@ -113,6 +113,29 @@ struct MatrixLoader {
 
 LlamaModel::~LlamaModel() = default;
 
+std::vector<float> LlamaModel::MaxAbsKeyBias() const {
+  std::vector<float> out(layers_.size(), 0.0f);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (float b : layers_[i]->bk) out[i] = std::max(out[i], std::fabs(b));
+  }
+  return out;
+}
+
+std::vector<int> KeyBiasOutlierLayers(std::span<const float> max_abs_key_bias) {
+  std::vector<int> out;
+  if (max_abs_key_bias.empty()) return out;
+  std::vector<float> sorted(max_abs_key_bias.begin(), max_abs_key_bias.end());
+  // The lower median: with two layers, the smaller one (the upper median would be the outlier itself).
+  const size_t mid = (sorted.size() - 1) / 2;
+  std::nth_element(sorted.begin(), sorted.begin() + mid, sorted.end());
+  const float median = sorted[mid];
+  for (size_t i = 0; i < max_abs_key_bias.size(); ++i) {
+    const float b = max_abs_key_bias[i];
+    if (b > kKeyBiasOutlierMin && b > kKeyBiasOutlierFactor * median) out.push_back(int(i));
+  }
+  return out;
+}
+
 KQuantWeights LlamaLoadOptions::DefaultKQuantWeights() {
   const char* v = std::getenv("MINIMAKV_KQUANT_WEIGHTS");
   if (v != nullptr && std::string_view(v) == "fp32") return KQuantWeights::kFp32;

@@ -116,6 +116,7 @@ struct TinyOptions {
   bool permute_to_adjacent = false;  // write q/k (weights and biases) in "normal" RoPE order
   float bias_scale = 0.5f;           // 0: zero biases
   bool drop_k_bias = false;
+  float layer0_k_bias_scale = 1.0f;  // layer 0's k bias times this (a key-bias outlier layer, as Qwen2.5's)
   float freq_base = 1000000.0f;   // Qwen2.5's base
   std::vector<float> rope_freqs;  // written as rope_freqs.weight when not empty (Llama 3.1+ frequency divisors)
 };
@@ -152,6 +153,9 @@ std::string WriteTinyQwen(const TinyOptions& o) {
     std::vector<float> wk = RandomValues(&rng, size_t(kEmbd * kv_dim), ws);
     std::vector<float> bq = RandomValues(&rng, size_t(q_dim), 4 * o.bias_scale);
     std::vector<float> bk = RandomValues(&rng, size_t(kv_dim), o.bias_scale);
+    if (l == 0) {
+      for (float& b : bk) b *= o.layer0_k_bias_scale;
+    }
     std::vector<float> bv = RandomValues(&rng, size_t(kv_dim), o.bias_scale);
     if (o.permute_to_adjacent) {
       wq = NeoxToAdjacent(wq, kHeads, kEmbd);
@@ -226,6 +230,35 @@ TEST(Qwen2Model, MissingBiasAndUnknownArchitectureAreErrors) {
   o = TinyOptions();
   o.arch = "gemma";
   EXPECT_EQ(LoadTiny(o, &m).code(), StatusCode::kUnsupported);
+}
+
+// Key-bias outlier layers (llama_model.h): the largest |attn_k.bias| per layer, and the rule that keeps a layer FP8.
+TEST(Qwen2Model, KeyBiasOutlierLayersFindAScaledLayer) {
+  std::unique_ptr<LlamaModel> m;
+  TinyOptions o;
+  ASSERT_TRUE(LoadTiny(o, &m).ok());
+  std::vector<float> plain = m->MaxAbsKeyBias();
+  ASSERT_EQ(plain.size(), size_t(kLayers));
+  for (float b : plain) EXPECT_GT(b, 0.0f);
+  EXPECT_TRUE(KeyBiasOutlierLayers(plain).empty());  // random biases of one scale: no outlier
+  o.layer0_k_bias_scale = 400.0f;
+  ASSERT_TRUE(LoadTiny(o, &m).ok());
+  const std::vector<float> scaled = m->MaxAbsKeyBias();
+  EXPECT_FLOAT_EQ(scaled[0], 400.0f * plain[0]);
+  EXPECT_EQ(KeyBiasOutlierLayers(scaled), (std::vector<int>{0}));
+}
+
+TEST(KeyBiasOutlierLayers, TheRule) {
+  // Qwen2.5-Coder-1.5B's largest |attn_k.bias| per layer (LlamaModel::MaxAbsKeyBias, rounded; BENCHMARKS section 5).
+  const std::vector<float> qwen = {354.0f, 111.0f, 13.2f, 5.4f, 4.8f, 4.3f, 3.3f, 43.0f, 4.2f, 5.6f,
+                                   6.6f,   5.7f,   3.4f,  11.5f, 4.3f, 45.8f, 4.5f, 5.2f, 8.0f, 5.9f,
+                                   4.8f,   5.0f,   5.4f,  4.8f, 4.7f, 5.8f,  3.4f, 4.3f};
+  EXPECT_EQ(KeyBiasOutlierLayers(qwen), (std::vector<int>{0, 1, 7, 15}));
+  EXPECT_TRUE(KeyBiasOutlierLayers({}).empty());
+  EXPECT_TRUE(KeyBiasOutlierLayers(std::vector<float>(12, 0.0f)).empty());        // no biases
+  EXPECT_TRUE(KeyBiasOutlierLayers(std::vector<float>(12, 500.0f)).empty());      // large but alike
+  EXPECT_TRUE(KeyBiasOutlierLayers(std::vector<float>{0.1f, 0.1f, 20.0f}).empty());  // outlier, but small
+  EXPECT_EQ(KeyBiasOutlierLayers(std::vector<float>{0.1f, 0.1f, 40.0f}), (std::vector<int>{2}));
 }
 
 // NEOX RoPE on (x[j], x[j + d/2]) is "normal" RoPE on adjacent pairs after moving row j + d/2 next to row j, and

@@ -54,7 +54,7 @@ Status ReadTextFiles(const std::string& paths, std::string* text) {
   return Status::Ok();
 }
 
-Status MakeSessions(const LlamaModel* model, int max_tokens, int threads, const std::vector<int>& hot_layers,
+Status MakeSessions(const LlamaModel* model, int max_tokens, int threads, const HotLayerFlags& hot_layers,
                     std::vector<std::unique_ptr<InferenceSession>>* sessions) {
   sessions->clear();
   for (KvMode mode : kAllPagedKvModes) {
@@ -62,7 +62,7 @@ Status MakeSessions(const LlamaModel* model, int max_tokens, int threads, const 
     o.mode = mode;
     o.num_threads = threads;
     o.max_tokens = max_tokens;
-    o.hot_layers = hot_layers;
+    hot_layers.Apply(&o);
     std::unique_ptr<InferenceSession> s;
     MINIMAKV_RETURN_IF_ERROR(InferenceSession::Create(model, o, &s));
     sessions->push_back(std::move(s));
@@ -107,7 +107,7 @@ int RunNiah(const std::vector<std::string>& args) {
   std::vector<int64_t> contexts = {2048, 4096, 8192};
   std::vector<int64_t> depth_percents = {10, 20, 30, 40, 50, 60, 70, 80, 90};
   int seeds = 10, threads = 2, answer_tokens = 8;
-  std::vector<int> hot_layers;
+  HotLayerFlags hot_layers;
   bool json = false;
   std::string progress_flag = "auto", dump_cases_path, answers_path;
   ArgParser parser(command,
@@ -120,7 +120,7 @@ int RunNiah(const std::vector<std::string>& args) {
   parser.AddInt("seeds", "passkeys per (context, depth)", &seeds);
   parser.AddInt("answer-tokens", "tokens decoded per answer at most", &answer_tokens);
   parser.AddInt("threads", "CPU threads", &threads);
-  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
+  hot_layers.Add(parser);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, context, accuracy, agreement_with_bf16, cases", &json);
   parser.AddString("dump-cases", "PATH",
@@ -250,7 +250,7 @@ int RunKld(const std::vector<std::string>& args) {
   std::string model_path = DefaultModelPath();
   std::string text_path = kDefaultKldText;
   int window = 8192, chunk = 256, max_windows = 3, threads = 2;
-  std::vector<int> hot_layers;
+  HotLayerFlags hot_layers;
   bool json = false;
   std::string progress_flag = "auto";
   ArgParser parser(command,
@@ -264,7 +264,7 @@ int RunKld(const std::vector<std::string>& args) {
   parser.AddInt("chunk", "tokens per forward chunk", &chunk);
   parser.AddInt("windows", "windows at most", &max_windows);
   parser.AddInt("threads", "CPU threads", &threads);
-  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
+  hot_layers.Add(parser);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print a JSON array of rows: mode, bits_per_value, kld, top1_agreement, ppl, positions", &json);
   int exit_code = kExitOk;

@@ -32,8 +32,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   parser.AddDouble("top-p", "nucleus sampling mass", &top_p);
   parser.AddInt("seed", "sampling seed", &seed);
   parser.AddInt("threads", "CPU threads", &threads);
-  std::vector<int> hot_layers;
-  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
+  HotLayerFlags hot_layers;
+  hot_layers.Add(parser);
   parser.AddBool("raw", "feed the prompt as is (no chat template)", &raw);
   parser.AddBool("ids", "also print the generated token ids", &show_ids);
   parser.AddBool("json", "print one JSON object: prompt_tokens, ids, text, prefill/decode tokens per second", &json);
@@ -57,7 +57,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   s = ParseKvMode(mode_name, &options.mode);
   if (!s.ok()) return ReportError(command, s);
   options.num_threads = threads;
-  options.hot_layers = hot_layers;
+  hot_layers.Apply(&options);
   s = SessionCapacity(ids.size(), max_new_tokens, "--max-tokens", &options.max_tokens);
   if (!s.ok()) return ReportError(command, s);
   std::unique_ptr<InferenceSession> session;

@@ -24,7 +24,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   int answer_tokens = 8, threads = 2, page_tokens = 64;
   bool json = false;
   std::string progress_flag = "auto";
-  std::vector<int> hot_layers;
+  HotLayerFlags hot_layers;
   ArgParser parser(command,
                    "Passkey retrieval on a real model with the KV cache in every mode (bf16 control, fp8, tq3, minima).\n"
                    "The prompt is prefilled once on full-precision K/V; its K/V go into one cache per mode (written and\n"
@@ -36,7 +36,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   parser.AddInt("answer-tokens", "tokens decoded per mode (timed)", &answer_tokens);
   parser.AddInt("threads", "CPU threads", &threads);
   parser.AddInt("page-tokens", "tokens per KV page", &page_tokens);
-  parser.AddIntList("hot-layers", kHotLayersHelp, &hot_layers);
+  hot_layers.Add(parser);
   parser.AddChoice("progress", kProgressChoices, kProgressHelp, &progress_flag);
   parser.AddBool("json", "print one JSON array of rows: mode, kib_per_token, compression_vs_bf16, answer, correct, "
                  "decode_tok_per_s", &json);
@@ -61,7 +61,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
     o.mode = mode;
     o.num_threads = threads;
     o.page_tokens = page_tokens;
-    o.hot_layers = hot_layers;
+    hot_layers.Apply(&o);
     s = SessionCapacity(pcase.prompt_ids.size(), answer_tokens, "--answer-tokens", &o.max_tokens);
     if (!s.ok()) return ReportError(command, s);
     std::unique_ptr<InferenceSession> session;

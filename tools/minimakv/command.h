@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "minimakv/inference_session.h"
 #include "minimakv/llama_model.h"
 #include "minimakv/status.h"
 #include "tools/cli_args.h"
@@ -43,8 +44,23 @@ ProgressLine::Mode ProgressModeFrom(const std::string& flag_value);
 inline const std::vector<std::string> kProgressChoices = {"auto", "always", "off"};
 inline constexpr const char* kProgressHelp =
     "progress on stderr: auto (redrawn on a terminal, plain lines otherwise), always, off";
-// The --hot-layers flag of every command that runs a model (RetentionPolicy::hot_layers).
-inline constexpr const char* kHotLayersHelp =
-    "layers kept FP8 in the tq3 and minima modes, e.g. 0,1 for Qwen2.5 (whose layer-0/1 key biases TQ3 loses)";
+// The --hot-layers and --auto-hot-layers flags of every command that runs a model (SessionOptions::hot_layers,
+// auto_hot_layers): Add registers them, Apply copies them into a session's options.
+struct HotLayerFlags {
+  std::vector<int> layers;
+  bool auto_outliers = true;
+  void Add(ArgParser& parser) {
+    parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes (besides --auto-hot-layers')",
+                      &layers);
+    parser.AddBool("auto-hot-layers",
+                   "also keep FP8 the model's key-bias outlier layers (Qwen2.5-Coder-1.5B: 0, 1, 7, 15, whose key "
+                   "biases 3-bit codes lose; none without qkv biases); --auto-hot-layers=false: only --hot-layers",
+                   &auto_outliers);
+  }
+  void Apply(SessionOptions* options) const {
+    options->hot_layers = layers;
+    options->auto_hot_layers = auto_outliers;
+  }
+};
 
 }  // namespace minimakv::cli
