@@ -11,19 +11,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "probe_check.h"
+
 namespace {
 constexpr int kIters = 2048;
 constexpr int kChains = 4;
 constexpr int kWarpsPerBlock = 8;
-
-#define CHECK_CUDA(call)                                                                        \
-  do {                                                                                          \
-    const cudaError_t e = (call);                                                               \
-    if (e != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 enum Kind { kHmma = 0, kImma = 1, kFp8Mma = 2, kCvtToE4m3 = 3, kPrmt = 4, kFp8MmaPlusPrmt = 5, kHmmaPlusPrmt = 6 };
 

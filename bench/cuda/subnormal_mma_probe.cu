@@ -16,16 +16,9 @@
 #include <random>
 #include <vector>
 
-namespace {
+#include "probe_check.h"
 
-#define CHECK_CUDA(call)                                                                        \
-  do {                                                                                          \
-    const cudaError_t e = (call);                                                               \
-    if (e != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+namespace {
 
 constexpr int kUnits[4] = {13, 40, 71, 114};
 
