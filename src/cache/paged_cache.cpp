@@ -483,15 +483,15 @@ KvAccounting PagedCache::Accounting() const {
     for (const BlockTable& table : sequence.layers) {
       acc.logical_token_layers += table.num_tokens;
       acc.metadata_bytes += table.metadata_bytes();
-      const int64_t recent_begin = table.num_tokens - config_.policy.recent_tokens;
+      // Pages from here on hold a recent token (the partly filled last page among them): the policy's boundary.
+      const size_t recent_page = size_t(StalePageEnd(config_.policy, page_tokens, table.num_tokens));
       for (size_t index = 0; index < table.pages.size(); ++index) {
         const PageRef page = table.pages[index];
         const int f = int(page.format);
         const int valid = table.ValidTokens(index, page_tokens);
         page_tokens_seen[f][size_t(page.page_id)] = valid;
-        const int64_t page_end = int64_t(index) * page_tokens + valid;
         HotTier tier = HotTier::kStale;
-        if (valid < page_tokens || page_end > recent_begin) {
+        if (index >= recent_page) {
           tier = HotTier::kRecent;
         } else if (IsProtected(sequence, index)) {
           tier = HotTier::kAnchor;
