@@ -11,8 +11,9 @@
 // Only full pages are ever converted; the partly-filled last page of a sequence is always recent.
 // Hot layers: layers whose pages never leave the hot format. For models whose keys in a few layers are dominated
 // by a large per-layer component that 3-bit codes cannot carry next to the per-token part: Qwen2.5-Coder-1.5B's
-// layer-0 key bias reaches 354 (rms 77; layer 1: 111; later layers < 14), and with those layers in TQ3 its
-// passkey answers fail where FP8 answers them (docs/BENCHMARKS.md, section 5).
+// key biases reach 354 in layer 0 (key rms 77), 111, 43 and 46 in layers 1, 7 and 15 (3-7 elsewhere), and with
+// those layers in TQ3 its passkey answers fail where FP8 answers them (KeyBiasOutlierLayers in llama_model.h picks
+// them; docs/BENCHMARKS.md, section 5).
 // The functions below are the policy's page arithmetic, shared by PagedCache (host pages) and by a GPU engine that
 // keeps its pages in device pools (cuda_cache_ops.h: it appends, asks PagesToConvert which pages just went stale,
 // and converts those with CudaConvertFp8ToTq3; also through the C ABI, c_api.h, and Python, docs/python.md).
