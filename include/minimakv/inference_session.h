@@ -55,9 +55,11 @@ struct SessionOptions {
   int page_tokens = 64;
   int recent_tokens = 1024;  // minima mode
   int anchor_tokens = 256;   // minima and tq3 modes
-  std::vector<int> hot_layers;  // tq3 and minima modes: layers kept FP8 (RetentionPolicy::hot_layers)
-  // tq3 and minima modes: also keep FP8 the model's key-bias outlier layers (KeyBiasOutlierLayers in
-  // llama_model.h; Qwen2.5-Coder-1.5B: 0, 1, 7, 15; none without qkv biases). Session 19; false = hot_layers only.
+  std::vector<int> hot_layers;   // tq3 and minima modes: layers kept FP8 (RetentionPolicy::hot_layers)
+  std::vector<int> bf16_layers;  // fp8, tq3 and minima modes: layers stored BF16 (CacheConfig::bf16_layers)
+  // fp8, tq3 and minima modes: also store BF16 the model's key-bias outlier layers (KeyBiasOutlierLayers in
+  // llama_model.h; Qwen2.5-Coder-1.5B: 0, 1, 7, 15; none without qkv biases), whose keys even FP8 cannot
+  // carry (session 20: FP8 there cost 2.5 nats of KL divergence). false = hot_layers and bf16_layers only.
   bool auto_hot_layers = true;
   bool emulate_llama_cpp_f16 = true;  // dense mode only
   // Optional: called on the calling thread for every layer of every Forward chunk (and of a shared prefill, run

@@ -5,6 +5,8 @@
 // control cache); full pages that leave the recent window and are neither anchors nor pinned are converted
 // FP8 -> TQ3. No live token is ever evicted: every token of a live sequence stays decodable.
 //
+// Layers of CacheConfig::bf16_layers are written in BF16 instead (and never converted), whatever hot_format says.
+//
 // Encoding (bit-exact contract with the GPU conversion):
 //   FP8 page  : Fp8EncodeVector of each (token, head) K and V vector at PageLayout offsets.
 //   BF16 page : Bf16EncodeVector likewise (never converted).
@@ -66,6 +68,10 @@ struct CacheConfig {
   // Byte budget per format, indexed by KvFormat; 0 = no pool of that format. The hot format needs a pool;
   // without a TQ3 pool nothing is converted.
   size_t pool_bytes[kNumKvFormats] = {0, 0, 0};
+  // Layers whose tokens are written in BF16 whatever hot_format says, and never converted: layers whose keys
+  // FP8 cannot carry (Qwen2.5's key-bias outlier layers, see KeyBiasOutlierLayers in llama_model.h). Indices in
+  // [0, num_layers), may repeat; a nonempty list needs a BF16 pool.
+  std::vector<int> bf16_layers;
   RetentionPolicy policy;
   uint64_t rotation_seed = HadamardRotation::kDefaultSeed;
 };
@@ -81,7 +87,7 @@ class PagedCache {
  public:
   // InvalidArgument naming the bad field: num_layers not in [1, 65536], kv_heads <= 0, unsupported head_dim,
   // page_tokens not in [1, 65536], hot_format kTq3, no hot pool, a nonzero budget below one page, negative policy
-  // windows.
+  // windows, a hot_layers or bf16_layers entry out of range, bf16_layers without a BF16 pool.
   static Status Create(const CacheConfig& config, std::unique_ptr<PagedCache>* out);
 
   ~PagedCache();
@@ -148,6 +154,10 @@ class PagedCache {
   // nullptr for a format without a pool (tests, debugging).
   const PagePool* Pool(KvFormat format) const;
 
+  // The format `layer`'s new tokens are written in: kBf16 for a layer of config().bf16_layers, else
+  // config().hot_format. kFp8 for a layer out of range.
+  KvFormat LayerHotFormat(int layer) const;
+
   // The block table of (seq, layer), or nullptr for an unknown sequence / layer out of range.
   const BlockTable* Table(SeqId seq, int layer) const;
   // The pinned ranges of `seq` (empty for an unknown sequence).
@@ -168,7 +178,8 @@ class PagedCache {
   void ReleasePage(PageRef page);
   // Converts logical page `page_index` of `table` if stale; no-op for a page not in FP8.
   void MaybeConvert(const Sequence& sequence, BlockTable* table, size_t page_index);
-  void EncodeTokens(int32_t page_id, int first_slot, const float* k, const float* v, int num_tokens);
+  void EncodeTokens(KvFormat format, int32_t page_id, int first_slot, const float* k, const float* v,
+                    int num_tokens);
 
   CacheConfig config_;
   HadamardRotation rotation_;
@@ -179,6 +190,7 @@ class PagedCache {
   // reverse map, both cleared when either page is freed.
   std::vector<int32_t> tq3_of_fp8_;
   std::vector<bool> is_hot_layer_;  // [num_layers], from RetentionPolicy::hot_layers
+  std::vector<KvFormat> layer_hot_format_;  // [num_layers], from hot_format and bf16_layers
   std::vector<int32_t> fp8_of_tq3_;
 };
 

@@ -54,10 +54,6 @@ Status PagedCache::Create(const CacheConfig& config, std::unique_ptr<PagedCache>
     return Status::InvalidArgument("CacheConfig.hot_format = " + FormatName(config.hot_format) +
                                    " must be fp8 or bf16 (new tokens are never written in tq3)");
   }
-  if (config.pool_bytes[int(config.hot_format)] == 0) {
-    return Status::InvalidArgument("CacheConfig.pool_bytes[" + FormatName(config.hot_format) +
-                                   "] = 0: the hot format needs a pool");
-  }
   if (config.policy.recent_tokens < 0) {
     return Status::InvalidArgument("RetentionPolicy.recent_tokens = " + std::to_string(config.policy.recent_tokens) +
                                    " must be >= 0");
@@ -72,8 +68,27 @@ Status PagedCache::Create(const CacheConfig& config, std::unique_ptr<PagedCache>
                                      " is outside [0, " + std::to_string(config.num_layers) + ")");
     }
   }
+  for (int layer : config.bf16_layers) {
+    if (layer < 0 || layer >= config.num_layers) {
+      return Status::InvalidArgument("CacheConfig.bf16_layers entry " + std::to_string(layer) + " is outside [0, " +
+                                     std::to_string(config.num_layers) + ")");
+    }
+  }
+  if (!config.bf16_layers.empty() && config.pool_bytes[int(KvFormat::kBf16)] == 0) {
+    return Status::InvalidArgument("CacheConfig.bf16_layers lists layer " + std::to_string(config.bf16_layers[0]) +
+                                   " but pool_bytes[bf16] = 0: BF16 layers need a BF16 pool");
+  }
+  // The hot format needs a pool unless every layer is a BF16 layer.
+  std::vector<KvFormat> layer_hot_format(size_t(config.num_layers), config.hot_format);
+  for (int layer : config.bf16_layers) layer_hot_format[size_t(layer)] = KvFormat::kBf16;
+  if (config.pool_bytes[int(config.hot_format)] == 0 &&
+      std::find(layer_hot_format.begin(), layer_hot_format.end(), config.hot_format) != layer_hot_format.end()) {
+    return Status::InvalidArgument("CacheConfig.pool_bytes[" + FormatName(config.hot_format) +
+                                   "] = 0: the hot format needs a pool");
+  }
   std::unique_ptr<PagedCache> cache(new PagedCache());
   cache->config_ = config;
+  cache->layer_hot_format_ = std::move(layer_hot_format);
   cache->is_hot_layer_.assign(size_t(config.num_layers), false);
   for (int layer : config.policy.hot_layers) cache->is_hot_layer_[size_t(layer)] = true;
   MINIMAKV_RETURN_IF_ERROR(HadamardRotation::Create(config.head_dim, config.rotation_seed, &cache->rotation_));
@@ -111,15 +126,21 @@ Status PagedCache::AddSequence(SeqId* id) {
   return Status::Ok();
 }
 
-void PagedCache::EncodeTokens(int32_t page_id, int first_slot, const float* k, const float* v, int num_tokens) {
-  const PageLayout layout = Layout(config_.hot_format);
-  uint8_t* page = MutablePool(config_.hot_format)->page_data(page_id);
+KvFormat PagedCache::LayerHotFormat(int layer) const {
+  if (layer < 0 || layer >= config_.num_layers) return KvFormat::kFp8;
+  return layer_hot_format_[size_t(layer)];
+}
+
+void PagedCache::EncodeTokens(KvFormat format, int32_t page_id, int first_slot, const float* k, const float* v,
+                              int num_tokens) {
+  const PageLayout layout = Layout(format);
+  uint8_t* page = MutablePool(format)->page_data(page_id);
   const int d = config_.head_dim;
   for (int t = 0; t < num_tokens; ++t) {
     const int slot = first_slot + t;
     for (int h = 0; h < config_.kv_heads; ++h) {
       const size_t src = (size_t(t) * config_.kv_heads + h) * d;
-      if (config_.hot_format == KvFormat::kFp8) {
+      if (format == KvFormat::kFp8) {
         float k_scale = 0.0f;
         float v_scale = 0.0f;
         // Inputs were checked finite by Append, the only failure these encoders report.
@@ -152,7 +173,8 @@ Status PagedCache::Append(SeqId seq, int layer, const float* k, const float* v, 
   MINIMAKV_RETURN_IF_ERROR(CheckFiniteTokens(v, "v", num_tokens, config_.kv_heads, config_.head_dim));
 
   BlockTable& table = sequence->layers[size_t(layer)];
-  PagePool* hot = MutablePool(config_.hot_format);
+  const KvFormat hot_format = layer_hot_format_[size_t(layer)];
+  PagePool* hot = MutablePool(hot_format);
   const int page_tokens = config_.page_tokens;
   const int64_t old_tokens = table.num_tokens;
   const int64_t new_tokens = old_tokens + num_tokens;
@@ -163,7 +185,7 @@ Status PagedCache::Append(SeqId seq, int layer, const float* k, const float* v, 
   const int64_t needed_pages = new_pages + (copy_on_write ? 1 : 0);
   if (needed_pages > hot->free_pages()) {
     return Status::ResourceExhausted(
-        FormatName(config_.hot_format) + " pool full: appending " + std::to_string(num_tokens) +
+        FormatName(hot_format) + " pool full: appending " + std::to_string(num_tokens) +
         " tokens to sequence " + std::to_string(seq) + " layer " + std::to_string(layer) + " needs " +
         std::to_string(needed_pages) + " pages, " + std::to_string(hot->free_pages()) + " of " +
         std::to_string(hot->capacity_pages()) + " are free; nothing was appended");
@@ -174,7 +196,7 @@ Status PagedCache::Append(SeqId seq, int layer, const float* k, const float* v, 
     (void)hot->Allocate(&copy);
     const PageRef shared = table.pages.back();
     std::memcpy(hot->page_data(copy), hot->page_data(shared.page_id), hot->page_bytes());
-    table.pages.back() = PageRef{config_.hot_format, copy};
+    table.pages.back() = PageRef{hot_format, copy};
     ReleasePage(shared);  // still referenced by another owner, so not freed
   }
   int written = 0;
@@ -184,11 +206,11 @@ Status PagedCache::Append(SeqId seq, int layer, const float* k, const float* v, 
     if (slot == 0) {
       int32_t page = -1;
       (void)hot->Allocate(&page);
-      table.pages.push_back(PageRef{config_.hot_format, page});
+      table.pages.push_back(PageRef{hot_format, page});
     }
     const int count = std::min(num_tokens - written, page_tokens - slot);
     const size_t offset = size_t(written) * config_.kv_heads * config_.head_dim;
-    EncodeTokens(table.pages.back().page_id, slot, k + offset, v + offset, count);
+    EncodeTokens(hot_format, table.pages.back().page_id, slot, k + offset, v + offset, count);
     written += count;
     table.num_tokens += count;
   }

@@ -215,10 +215,26 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
       return Status::InvalidArgument("SessionOptions.page_tokens = " + std::to_string(options.page_tokens) +
                                      " must be in [1, " + std::to_string(kMaxPageTokens) + "]");
     }
+    cc.policy.anchor_tokens = options.anchor_tokens;
+    cc.policy.recent_tokens = options.recent_tokens;
+    cc.policy.hot_layers = options.hot_layers;
+    if (options.mode != KvMode::kBf16) {
+      cc.bf16_layers = options.bf16_layers;
+      if (options.auto_hot_layers) {
+        for (int layer : KeyBiasOutlierLayers(model->MaxAbsKeyBias())) cc.bf16_layers.push_back(layer);
+      }
+    }
+    // Distinct BF16 layers (the lists may repeat; an entry out of range is PagedCache::Create's error).
+    std::vector<bool> is_bf16_layer(size_t(c.num_layers), false);
+    for (int layer : cc.bf16_layers) {
+      if (layer >= 0 && layer < c.num_layers) is_bf16_layer[size_t(layer)] = true;
+    }
+    const int64_t bf16_layer_count = std::count(is_bf16_layer.begin(), is_bf16_layer.end(), true);
     // Pages for max_tokens per layer, one spare for the partly-filled page (int64: max_tokens may be INT_MAX).
     const int64_t pages_per_layer =
         (int64_t(s->options_.max_tokens) + options.page_tokens - 1) / options.page_tokens + 1;
-    const size_t pages = size_t(pages_per_layer) * size_t(c.num_layers);
+    const size_t pages = size_t(pages_per_layer) * size_t(c.num_layers - bf16_layer_count);
+    const size_t bf16_pages = size_t(pages_per_layer) * size_t(bf16_layer_count);
     auto page_bytes = [&](KvFormat f) {
       PageLayout l;
       l.format = f;
@@ -227,16 +243,12 @@ Status InferenceSession::Create(const LlamaModel* model, const SessionOptions& o
       l.page_tokens = options.page_tokens;
       return l.page_bytes();
     };
-    cc.policy.anchor_tokens = options.anchor_tokens;
-    cc.policy.recent_tokens = options.recent_tokens;
-    cc.policy.hot_layers = options.hot_layers;
-    if (options.auto_hot_layers) {
-      for (int layer : KeyBiasOutlierLayers(model->MaxAbsKeyBias())) cc.policy.hot_layers.push_back(layer);
-    }
+    cc.pool_bytes[int(KvFormat::kBf16)] = bf16_pages * page_bytes(KvFormat::kBf16);
     switch (options.mode) {
       case KvMode::kBf16:
         cc.hot_format = KvFormat::kBf16;
-        cc.pool_bytes[int(KvFormat::kBf16)] = pages * page_bytes(KvFormat::kBf16);
+        cc.pool_bytes[int(KvFormat::kBf16)] = size_t(pages_per_layer) * size_t(c.num_layers) *
+                                              page_bytes(KvFormat::kBf16);
         cc.policy.convert_stale_to_tq3 = false;
         break;
       case KvMode::kFp8:

@@ -191,7 +191,7 @@ class CacheModelRunner {
     }
     // Pages this append needs, from the table and the pool (independent of the cache's own arithmetic).
     const BlockTable* table = cache_->Table(seq, layer);
-    const PagePool* hot = cache_->Pool(c.hot_format);
+    const PagePool* hot = cache_->Pool(ModelHotFormat(layer));
     const int64_t tokens = table->num_tokens;
     const bool partial = tokens % c.page_tokens != 0;
     const bool shared_partial = partial && hot->ref_count(table->pages.back().page_id) > 1;
@@ -280,10 +280,11 @@ class CacheModelRunner {
     ASSERT_TRUE(cache_->ApplyRetention(seq).ok());
     ++counters_.retentions;
     const PagePool* tq3 = cache_->Pool(KvFormat::kTq3);
-    if (c.hot_format != KvFormat::kFp8 || tq3 == nullptr || tq3->free_pages() == 0) return;
-    // The TQ3 pool still has room, so every stale unprotected page of seq must be TQ3 now.
+    if (tq3 == nullptr || tq3->free_pages() == 0) return;
+    // The TQ3 pool still has room, so every stale unprotected page of seq's FP8 layers must be TQ3 now.
     const ModelSequence& m = model_.at(seq);
     for (int layer = 0; layer < c.num_layers; ++layer) {
+      if (ModelHotFormat(layer) != KvFormat::kFp8) continue;
       const BlockTable* table = cache_->Table(seq, layer);
       for (size_t i = 0; i < table->pages.size(); ++i) {
         const int64_t page_begin = int64_t(i) * c.page_tokens;
@@ -381,7 +382,10 @@ class CacheModelRunner {
         for (size_t i = 0; i < table->pages.size(); ++i) {
           const PageRef page = table->pages[i];
           const int f = int(page.format);
-          ASSERT_TRUE(page.format == c.hot_format || page.format == KvFormat::kTq3);
+          // Each layer holds its own hot format, plus TQ3 where that is FP8 (BF16 is never converted).
+          const KvFormat hot = ModelHotFormat(layer);
+          ASSERT_TRUE(page.format == hot || (hot == KvFormat::kFp8 && page.format == KvFormat::kTq3))
+              << "seq " << id << " layer " << layer << " page " << i << " is " << KvFormatName(page.format);
           ASSERT_TRUE(page.page_id >= 0 && size_t(page.page_id) < refs[f].size());
           ++refs[f][size_t(page.page_id)];
           const int valid = table->ValidTokens(i, c.page_tokens);
@@ -421,6 +425,12 @@ class CacheModelRunner {
     counters_.ops_with_shared_tq3 += shared_tq3;
     const PagePool* tq3 = cache_->Pool(KvFormat::kTq3);
     counters_.ops_with_tq3_pool_full += tq3 != nullptr && tq3->free_pages() == 0;
+  }
+
+  // The format a layer's new tokens must land in, from the config's lists (not the cache's own table).
+  KvFormat ModelHotFormat(int layer) const {
+    const std::vector<int>& bf16 = spec_.config.bf16_layers;
+    return std::find(bf16.begin(), bf16.end(), layer) != bf16.end() ? KvFormat::kBf16 : spec_.config.hot_format;
   }
 
   // Accounting from scratch: the model's pins and policy, the tables' page ids (kv_accounting.h rules).
@@ -638,6 +648,28 @@ TEST(PagedCacheRandomized, Fp8Tq3LargerPagesAndHeadDim128) {
   runner.Run();
   Report("fp8/tq3 P=8 d=128", runner.counters(), runner.tq3_mean_nmse());
   EXPECT_GT(runner.counters().tq3_vectors, 1000);
+  EXPECT_LT(runner.tq3_mean_nmse(), kTq3MaxMeanNmse);
+}
+
+// A BF16 layer beside an FP8 layer converting to TQ3 (CacheConfig::bf16_layers; Qwen2.5's outlier layers): each
+// layer's pages stay in its own format, both pools fill up, accounting counts both.
+TEST(PagedCacheRandomized, Bf16LayerBesideAnFp8Tq3Layer) {
+  RandomSpec spec;
+  spec.config = SmallConfig(KvFormat::kFp8, /*page_tokens=*/4, /*head_dim=*/64, /*kv_heads=*/2,
+                            /*hot_pages=*/70, /*tq3_pages=*/60);
+  spec.config.bf16_layers = {1};
+  const PageLayout bf16_layout{KvFormat::kBf16, 2, 64, 4};
+  spec.config.pool_bytes[int(KvFormat::kBf16)] = 80 * bf16_layout.page_bytes();
+  spec.operations = 3000;
+  spec.seed = 2026120120;
+  CacheModelRunner runner(spec);
+  runner.Run();
+  const Counters& n = runner.counters();
+  Report("bf16 layer + fp8/tq3 layer P=4", n, runner.tq3_mean_nmse());
+  EXPECT_GT(n.bf16_vectors, 1000);
+  EXPECT_GT(n.fp8_vectors, 1000);
+  EXPECT_GT(n.tq3_vectors, 1000);
+  EXPECT_GT(n.appends_pool_full, 0);
   EXPECT_LT(runner.tq3_mean_nmse(), kTq3MaxMeanNmse);
 }
 

@@ -70,6 +70,7 @@ std::vector<PageRef> Pages(const PagedCache& cache, SeqId seq, int layer = 0) {
 
 constexpr PageRef Fp8(int32_t id) { return PageRef{KvFormat::kFp8, id}; }
 constexpr PageRef Tq3(int32_t id) { return PageRef{KvFormat::kTq3, id}; }
+constexpr PageRef Bf16(int32_t id) { return PageRef{KvFormat::kBf16, id}; }
 
 std::vector<float> Fp8RoundTrip(const float* x, int d) {
   std::vector<uint8_t> codes(static_cast<size_t>(d));
@@ -111,6 +112,18 @@ TEST(PagedCacheCreate, RejectsBadConfigsNamingTheField) {
       {"tq3 pool budget 100", [](CacheConfig* c) { c->pool_bytes[int(KvFormat::kTq3)] = 100; }},
       {"hot_layers entry 1", [](CacheConfig* c) { c->policy.hot_layers = {0, 1}; }},  // one layer: [0, 1)
       {"hot_layers entry -1", [](CacheConfig* c) { c->policy.hot_layers = {-1}; }},
+      {"bf16_layers entry 1", [](CacheConfig* c) {
+         c->bf16_layers = {1};
+         c->pool_bytes[int(KvFormat::kBf16)] = 4 * kBf16PageBytes;
+       }},
+      {"bf16_layers lists layer 0 but pool_bytes[bf16] = 0", [](CacheConfig* c) { c->bf16_layers = {0}; }},
+      // Layer 1 of two still writes FP8, so the FP8 pool is still needed.
+      {"pool_bytes[fp8]", [](CacheConfig* c) {
+         c->num_layers = 2;
+         c->bf16_layers = {0};
+         c->pool_bytes[int(KvFormat::kBf16)] = 4 * kBf16PageBytes;
+         c->pool_bytes[int(KvFormat::kFp8)] = 0;
+       }},
   };
   for (const Case& c : cases) {
     CacheConfig config = TinyConfig(4, 4, 4, 4);
@@ -223,6 +236,63 @@ TEST(PagedCache, HotLayersNeverConvert) {
   EXPECT_EQ(acc.stale_tq3_token_layers, 8);
   EXPECT_EQ(acc.stale_kept_hot_token_layers, 8);
   EXPECT_EQ(acc.recent_token_layers, 8);
+}
+
+// A BF16 layer (CacheConfig::bf16_layers) writes BF16 pages that never convert, while the FP8 layer converts;
+// its tokens decode to exactly their BF16 rounding and accounting counts its stale pages as kept hot.
+TEST(PagedCache, Bf16LayersWriteBf16AndNeverConvert) {
+  CacheConfig config = TinyConfig(8, 4, 4, 0);
+  config.num_layers = 2;
+  config.bf16_layers = {1, 1};  // may repeat
+  config.pool_bytes[int(KvFormat::kBf16)] = 4 * kBf16PageBytes;
+  auto cache = MakeCache(config);
+  EXPECT_EQ(cache->LayerHotFormat(0), KvFormat::kFp8);
+  EXPECT_EQ(cache->LayerHotFormat(1), KvFormat::kBf16);
+  SeqId a = -1;
+  ASSERT_TRUE(cache->AddSequence(&a).ok());
+  AppendRandom(cache.get(), a, 12, 31, /*layer=*/0);
+  const Tokens bf16_tokens = AppendRandom(cache.get(), a, 12, 32, /*layer=*/1);
+  EXPECT_EQ(Pages(*cache, a, 0), (std::vector<PageRef>{Tq3(0), Tq3(1), Fp8(2)}));
+  EXPECT_EQ(Pages(*cache, a, 1), (std::vector<PageRef>{Bf16(0), Bf16(1), Bf16(2)}));
+  EXPECT_TRUE(cache->ApplyRetention(a).ok());
+  EXPECT_EQ(Pages(*cache, a, 1), (std::vector<PageRef>{Bf16(0), Bf16(1), Bf16(2)}));
+  std::vector<float> k(kHeadDim), v(kHeadDim);
+  for (int t = 0; t < 12; ++t) {
+    ASSERT_TRUE(cache->DecodeToken(a, 1, t, k.data(), v.data()).ok());
+    for (int i = 0; i < kHeadDim; ++i) {
+      const size_t at = size_t(t) * kHeadDim + size_t(i);
+      ASSERT_EQ(k[size_t(i)], Bf16ToFloat(FloatToBf16(bf16_tokens.k[at]))) << "token " << t << " coordinate " << i;
+      ASSERT_EQ(v[size_t(i)], Bf16ToFloat(FloatToBf16(bf16_tokens.v[at]))) << "token " << t << " coordinate " << i;
+    }
+  }
+  const KvAccounting acc = cache->Accounting();
+  EXPECT_EQ(acc.formats[int(KvFormat::kBf16)].live_pages, 3);
+  EXPECT_EQ(acc.formats[int(KvFormat::kBf16)].token_layers, 12);
+  EXPECT_EQ(acc.stale_tq3_token_layers, 8);
+  EXPECT_EQ(acc.stale_kept_hot_token_layers, 8);  // the BF16 layer's two stale pages
+  EXPECT_EQ(acc.recent_token_layers, 8);
+
+  // The BF16 pool full: a clear error naming it, the cache unchanged.
+  SeqId b = -1;
+  ASSERT_TRUE(cache->AddSequence(&b).ok());
+  const std::vector<float> more = RandomTokens(8, 1, kHeadDim, 33);
+  const Status full = cache->Append(b, 1, more.data(), more.data(), 8);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("bf16 pool full"), std::string::npos) << full.message();
+  EXPECT_EQ(cache->SeqTokens(b, 1), 0);
+}
+
+// Every layer BF16: no pool of the hot format is needed.
+TEST(PagedCache, AllLayersBf16NeedNoFp8Pool) {
+  CacheConfig config = TinyConfig(0, 0, 4, 0);
+  config.bf16_layers = {0};
+  config.pool_bytes[int(KvFormat::kBf16)] = 2 * kBf16PageBytes;
+  auto cache = MakeCache(config);
+  ASSERT_NE(cache, nullptr);
+  SeqId a = -1;
+  ASSERT_TRUE(cache->AddSequence(&a).ok());
+  AppendRandom(cache.get(), a, 6, 41);
+  EXPECT_EQ(Pages(*cache, a), (std::vector<PageRef>{Bf16(0), Bf16(1)}));
 }
 
 TEST(PagedCache, ApplyRetentionRetriesPagesKeptFp8OnceTq3SpaceFrees) {

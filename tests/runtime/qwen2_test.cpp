@@ -248,6 +248,48 @@ TEST(Qwen2Model, KeyBiasOutlierLayersFindAScaledLayer) {
   EXPECT_EQ(KeyBiasOutlierLayers(scaled), (std::vector<int>{0}));
 }
 
+// Sessions store the outlier layer in BF16 (SessionOptions::auto_hot_layers) in every compressed mode, and only it;
+// auto_hot_layers = false leaves it in the mode's format; explicit bf16_layers add to it.
+TEST(Qwen2Model, SessionsStoreKeyBiasOutlierLayersInBf16) {
+  std::unique_ptr<LlamaModel> m;
+  TinyOptions o;
+  o.layer0_k_bias_scale = 400.0f;
+  ASSERT_TRUE(LoadTiny(o, &m).ok());
+  const int64_t tokens = int64_t(kPrompt.size());
+  for (KvMode mode : {KvMode::kFp8, KvMode::kTq3, KvMode::kMinima}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      SessionOptions so;
+      so.mode = mode;
+      so.max_tokens = 128;
+      so.page_tokens = 4;
+      so.anchor_tokens = 4;
+      so.recent_tokens = 8;
+      so.auto_hot_layers = variant != 1;
+      if (variant == 2) so.bf16_layers = {kLayers - 1};
+      std::unique_ptr<InferenceSession> s;
+      ASSERT_TRUE(InferenceSession::Create(m.get(), so, &s).ok());
+      std::vector<float> logits;
+      ASSERT_TRUE(s->Forward(kPrompt, false, &logits).ok());
+      const KvAccounting acc = s->Accounting();
+      const int64_t bf16_layers = variant == 0 ? 1 : variant == 1 ? 0 : 2;
+      EXPECT_EQ(acc.formats[int(KvFormat::kBf16)].token_layers, bf16_layers * tokens)
+          << KvModeName(mode) << " variant " << variant;
+      EXPECT_EQ(acc.formats[int(KvFormat::kFp8)].token_layers + acc.formats[int(KvFormat::kTq3)].token_layers,
+                (kLayers - bf16_layers) * tokens)
+          << KvModeName(mode) << " variant " << variant;
+    }
+  }
+  SessionOptions bad;
+  bad.mode = KvMode::kMinima;
+  bad.max_tokens = 64;
+  bad.bf16_layers = {kLayers};
+  std::unique_ptr<InferenceSession> s;
+  const Status status = InferenceSession::Create(m.get(), bad, &s);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("bf16_layers entry " + std::to_string(kLayers)), std::string::npos)
+      << status.ToString();
+}
+
 TEST(KeyBiasOutlierLayers, TheRule) {
   // Qwen2.5-Coder-1.5B's largest |attn_k.bias| per layer (LlamaModel::MaxAbsKeyBias, rounded; BENCHMARKS section 5).
   const std::vector<float> qwen = {354.0f, 111.0f, 13.2f, 5.4f, 4.8f, 4.3f, 3.3f, 43.0f, 4.2f, 5.6f,

@@ -44,21 +44,27 @@ ProgressLine::Mode ProgressModeFrom(const std::string& flag_value);
 inline const std::vector<std::string> kProgressChoices = {"auto", "always", "off"};
 inline constexpr const char* kProgressHelp =
     "progress on stderr: auto (redrawn on a terminal, plain lines otherwise), always, off";
-// The --hot-layers and --auto-hot-layers flags of every command that runs a model (SessionOptions::hot_layers,
-// auto_hot_layers): Add registers them, Apply copies them into a session's options.
+// The --hot-layers, --bf16-layers and --auto-hot-layers flags of every command that runs a model
+// (SessionOptions::hot_layers, bf16_layers, auto_hot_layers): Add registers them, Apply copies them into a
+// session's options.
 struct HotLayerFlags {
   std::vector<int> layers;
+  std::vector<int> bf16_layers;
   bool auto_outliers = true;
   void Add(ArgParser& parser) {
-    parser.AddIntList("hot-layers", "layers kept FP8 in the tq3 and minima modes (besides --auto-hot-layers')",
+    parser.AddIntList("hot-layers", "layers kept FP8 (never converted to TQ3) in the tq3 and minima modes",
                       &layers);
+    parser.AddIntList("bf16-layers", "layers stored BF16 in the fp8, tq3 and minima modes (besides "
+                      "--auto-hot-layers')", &bf16_layers);
     parser.AddBool("auto-hot-layers",
-                   "also keep FP8 the model's key-bias outlier layers (Qwen2.5-Coder-1.5B: 0, 1, 7, 15, whose key "
-                   "biases 3-bit codes lose; none without qkv biases); --auto-hot-layers=false: only --hot-layers",
+                   "also store BF16 the model's key-bias outlier layers (Qwen2.5-Coder-1.5B: 0, 1, 7, 15, whose key "
+                   "biases even FP8 loses; none without qkv biases); --auto-hot-layers=false: only --hot-layers and "
+                   "--bf16-layers",
                    &auto_outliers);
   }
   void Apply(SessionOptions* options) const {
     options->hot_layers = layers;
+    options->bf16_layers = bf16_layers;
     options->auto_hot_layers = auto_outliers;
   }
 };
