@@ -13,7 +13,8 @@
 // by a large per-layer component that 3-bit codes cannot carry next to the per-token part: Qwen2.5-Coder-1.5B's
 // key biases reach 354 in layer 0 (key rms 77), 111, 43 and 46 in layers 1, 7 and 15 (3-7 elsewhere), and with
 // those layers in TQ3 its passkey answers fail where FP8 answers them (KeyBiasOutlierLayers in llama_model.h picks
-// them; docs/BENCHMARKS.md, section 5).
+// them; docs/BENCHMARKS.md, section 5). Sessions go further and store those layers BF16 (CacheConfig::bf16_layers),
+// since FP8 loses them too.
 // The functions below are the policy's page arithmetic, shared by PagedCache (host pages) and by a GPU engine that
 // keeps its pages in device pools (cuda_cache_ops.h: it appends, asks PagesToConvert which pages just went stale,
 // and converts those with CudaConvertFp8ToTq3; also through the C ABI, c_api.h, and Python, docs/python.md).
