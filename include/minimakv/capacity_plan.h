@@ -10,7 +10,9 @@
 //           every page holding one of the last recent_tokens tokens stay FP8 (fp32 scale per (token, head)); the
 //           partially filled tail page is FP8 too (appends write FP8); every other page is TQ3 (3d/8 + 2 bytes
 //           per vector). Block-table metadata is counted too: one PageRef (block_table.h) per page per layer,
-//           as KvAccounting counts it.
+//           as KvAccounting counts it. PlanPolicy::bf16_layers full-attention layers hold BF16 pages instead
+//           (PageLayout{kBf16}, every page, never converted), as InferenceSession stores a model's key-bias
+//           outlier layers (CacheConfig::bf16_layers).
 // Concurrency = floor((budget - weights) / (kv_bytes_per_request + fixed_state_per_request)), everything in GiB
 // (2^30 bytes). With the paper's inputs this gives BF16/FP8 28/53 at 32K and 14/28 at 64K (tests check it).
 #pragma once
@@ -32,6 +34,9 @@ struct PlanPolicy {
   int page_tokens = 64;
   int64_t anchor_tokens = 256;
   int64_t recent_tokens = 1024;
+  // Full-attention layers whose pages are all BF16 (a model's key-bias outlier layers, KeyBiasOutlierLayers in
+  // llama_model.h: 4 of Qwen2.5-Coder-1.5B's 28; 0 for models without qkv biases). In [0, full-attention layers].
+  int bf16_layers = 0;
 };
 
 struct CapacityInputs {
@@ -59,9 +64,11 @@ struct MinimaBreakdown {
   int64_t tq3_pages_per_layer = 0;
   int64_t fp8_page_bytes = 0;        // PageLayout{kFp8}.page_bytes()
   int64_t tq3_page_bytes = 0;        // PageLayout{kTq3}.page_bytes()
+  int64_t bf16_page_bytes = 0;       // PageLayout{kBf16}.page_bytes(), the pages of PlanPolicy::bf16_layers
   int64_t slack_tokens_per_layer = 0;  // unfilled token slots of the tail page
   int64_t metadata_bytes_per_request = 0;  // block-table entries: pages * KV layers * sizeof(PageRef)
   double fp8_byte_fraction = 0.0;    // share of the request's KV bytes that sit in FP8 pages
+  double bf16_byte_fraction = 0.0;   // share in the BF16 pages of PlanPolicy::bf16_layers
 };
 
 struct CapacityPlan {
@@ -73,7 +80,8 @@ struct CapacityPlan {
   MinimaBreakdown minima_pages;
 };
 
-// InvalidArgument naming the bad value for non-positive context/page size, negative windows or GiB, or a shape whose head_dim the Minima codecs do not support (64/128/256).
+// InvalidArgument naming the bad value for non-positive context/page size, negative windows or GiB, bf16_layers
+// outside [0, full-attention layers], or a shape whose head_dim the Minima codecs do not support (64/128/256).
 // Also for a budget above 2^30 GiB, a context above 2^40 tokens, or one whose request would need more than 2^62
 // bytes (BF16 or Minima pages): every byte count and concurrency of the plan is an exact int64.
 Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const CapacityInputs& inputs,

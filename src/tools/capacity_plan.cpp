@@ -89,18 +89,25 @@ Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const Cap
     return Status::InvalidArgument("fixed state " + GibText(inputs.state_gib_per_request) +
                                    " GiB per request must be >= 0");
   }
+  if (policy.bf16_layers < 0 || policy.bf16_layers > shape.full_attention_layers) {
+    return Status::InvalidArgument("bf16 layers " + std::to_string(policy.bf16_layers) + " must be in [0, " +
+                                   std::to_string(shape.full_attention_layers) + "] (the full-attention layers)");
+  }
   const PageLayout fp8_layout{KvFormat::kFp8, shape.kv_heads, shape.head_dim, policy.page_tokens};
   const PageLayout tq3_layout{KvFormat::kTq3, shape.kv_heads, shape.head_dim, policy.page_tokens};
+  const PageLayout bf16_layout{KvFormat::kBf16, shape.kv_heads, shape.head_dim, policy.page_tokens};
   Status layout_status = CheckPageLayout(fp8_layout);
   if (!layout_status.ok()) return Status::InvalidArgument("Minima-KV pages: " + layout_status.message());
 
   // Checked in floating point before any int64 product: the BF16 bytes, or the Minima pages (a page of slack per
-  // layer, which a short context with large pages can make the larger of the two).
+  // layer, which a short context with large pages can make the larger of the two), as if all were FP8 (BF16 with
+  // bf16_layers).
   const double kv_layers = double(shape.full_attention_layers) + double(shape.sliding_attention_layers);
   const double bf16_bound = double(inputs.context_tokens) * kv_layers * double(kKvTensorsPerLayer) *
                             double(shape.kv_heads) * double(shape.head_dim) * double(kBf16BytesPerValue);
   const double page_bound = double(CeilDiv(inputs.context_tokens, policy.page_tokens)) * kv_layers *
-                            (double(fp8_layout.page_bytes()) + double(sizeof(PageRef)));
+                            (double(policy.bf16_layers > 0 ? bf16_layout.page_bytes() : fp8_layout.page_bytes()) +
+                             double(sizeof(PageRef)));
   if (bf16_bound > kMaxRequestBytes || page_bound > kMaxRequestBytes) {
     return Status::InvalidArgument("context " + std::to_string(inputs.context_tokens) + " over " +
                                    std::to_string(int64_t(kv_layers)) + " KV layers of " +
@@ -127,33 +134,38 @@ Status PlanCapacity(const ModelShape& shape, const PlanPolicy& policy, const Cap
   const LayerPages sliding = SplitLayerPages(sliding_tokens, policy);
   const int64_t fp8_page_bytes = int64_t(fp8_layout.page_bytes());
   const int64_t tq3_page_bytes = int64_t(tq3_layout.page_bytes());
-  const int64_t fp8_bytes = (full.fp8_pages * shape.full_attention_layers +
+  const int64_t bf16_page_bytes = int64_t(bf16_layout.page_bytes());
+  const int64_t mixed_full_layers = shape.full_attention_layers - policy.bf16_layers;  // FP8 + TQ3 pages
+  const int64_t fp8_bytes = (full.fp8_pages * mixed_full_layers +
                              sliding.fp8_pages * shape.sliding_attention_layers) * fp8_page_bytes;
-  const int64_t tq3_bytes = ((full.pages - full.fp8_pages) * shape.full_attention_layers +
+  const int64_t tq3_bytes = ((full.pages - full.fp8_pages) * mixed_full_layers +
                              (sliding.pages - sliding.fp8_pages) * shape.sliding_attention_layers) * tq3_page_bytes;
+  const int64_t bf16_bytes = full.pages * policy.bf16_layers * bf16_page_bytes;
   const int64_t metadata_bytes =
       (full.pages * shape.full_attention_layers + sliding.pages * shape.sliding_attention_layers) *
       int64_t(sizeof(PageRef));
-  p.minima.kv_bytes_per_request = fp8_bytes + tq3_bytes + metadata_bytes;
+  p.minima.kv_bytes_per_request = fp8_bytes + tq3_bytes + bf16_bytes + metadata_bytes;
   p.minima_pages = MinimaBreakdown{
       .pages_per_layer = full.pages,
       .fp8_pages_per_layer = full.fp8_pages,
       .tq3_pages_per_layer = full.pages - full.fp8_pages,
       .fp8_page_bytes = fp8_page_bytes,
       .tq3_page_bytes = tq3_page_bytes,
+      .bf16_page_bytes = bf16_page_bytes,
       .slack_tokens_per_layer = full.pages * policy.page_tokens - context,
       .metadata_bytes_per_request = metadata_bytes,
       .fp8_byte_fraction = double(fp8_bytes) / double(p.minima.kv_bytes_per_request),
+      .bf16_byte_fraction = double(bf16_bytes) / double(p.minima.kv_bytes_per_request),
   };
 
   const double available_gib = inputs.budget_gib - inputs.weights_gib;
-  const double bf16_bytes = double(p.bf16.kv_bytes_per_request);
+  const double bf16_baseline_bytes = double(p.bf16.kv_bytes_per_request);
   const double fp8_baseline_bytes = double(p.fp8.kv_bytes_per_request);
   for (FormatFootprint* f : {&p.bf16, &p.fp8, &p.minima}) {
     const double bytes = double(f->kv_bytes_per_request);
     f->kib_per_token = bytes / double(context) / kBytesPerKib;
     f->bits_per_value = bytes * 8.0 / double(token_layers * values_per_token_layer);
-    f->compression_vs_bf16 = bf16_bytes / bytes;
+    f->compression_vs_bf16 = bf16_baseline_bytes / bytes;
     f->compression_vs_fp8 = fp8_baseline_bytes / bytes;
     const double gib_per_request = bytes / kBytesPerGib + inputs.state_gib_per_request;
     f->concurrency = available_gib > 0 ? int64_t(std::floor(available_gib / gib_per_request)) : 0;

@@ -58,6 +58,7 @@ JsonValue PolicyJson(const PlanPolicy& p) {
   o.Set("page_tokens", p.page_tokens);
   o.Set("anchor_tokens", p.anchor_tokens);
   o.Set("recent_tokens", p.recent_tokens);
+  o.Set("bf16_layers", p.bf16_layers);
   return o;
 }
 
@@ -97,6 +98,8 @@ void AddContextFields(const CapacityPlan& plan, JsonValue* o) {
   minima.Set("slack_tokens_per_layer", m.slack_tokens_per_layer);
   minima.Set("metadata_bytes_per_request", m.metadata_bytes_per_request);
   minima.Set("fp8_byte_fraction", Round(m.fp8_byte_fraction, kRatioDigits));
+  minima.Set("bf16_page_bytes", m.bf16_page_bytes);
+  minima.Set("bf16_byte_fraction", Round(m.bf16_byte_fraction, kRatioDigits));
   o->Set("minima", std::move(minima));
   if (const PaperCapacityRow* row = PaperRowFor(plan)) o->Set("paper_reference", PaperJson(*row, plan.inputs));
 }
@@ -192,6 +195,11 @@ std::string PlansToText(const std::vector<CapacityPlan>& plans) {
                   "FP8 holds %.1f%% of the bytes\n",
                   (long long)m.pages_per_layer, (long long)m.fp8_pages_per_layer, (long long)m.fp8_page_bytes,
                   (long long)m.tq3_pages_per_layer, (long long)m.tq3_page_bytes, 100.0 * m.fp8_byte_fraction);
+    if (plan.policy.bf16_layers > 0) {
+      out += Format("  minima BF16 layers: %d, all %lld pages BF16 (%lld B each); BF16 holds %.1f%% of the bytes\n",
+                    plan.policy.bf16_layers, (long long)m.pages_per_layer, (long long)m.bf16_page_bytes,
+                    100.0 * m.bf16_byte_fraction);
+    }
     if (paper && !PaperInputsMatch(plan.inputs)) {
       out += "  (the paper column used budget 86.4 GiB, weights 25.15 GiB, state 0.153 GiB: not these inputs)\n";
     }

@@ -176,6 +176,30 @@ TEST(CapacityPlan, LlamaPagesUseItsHeadDim) {
   EXPECT_DOUBLE_EQ(p.minima.kib_per_token, 26.6015625 + 32.0 * 512 * 8 / 32768 / 1024);
 }
 
+// BF16 layers (a model's key-bias outlier layers): every page of those layers in BF16, the rest as before.
+TEST(CapacityPlan, Bf16LayersHoldBf16PagesThroughout) {
+  ModelShape shape;
+  ASSERT_TRUE(ModelShapeFromPreset("llama-3.1-8b", &shape).ok());
+  CapacityPlan p;
+  ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{.bf16_layers = 4}, CapacityInputs{.context_tokens = 32768}, &p).ok());
+  // BF16 page 2*8*64*128*2 = 262,144 B.
+  EXPECT_EQ(p.minima_pages.bf16_page_bytes, 262144);
+  const int64_t bf16_bytes = 4 * 512 * int64_t(262144);
+  const int64_t expected = 28 * (20 * int64_t(135168) + 492 * int64_t(51200)) + bf16_bytes + 32 * 512 * 8;
+  EXPECT_EQ(p.minima.kv_bytes_per_request, expected);
+  EXPECT_DOUBLE_EQ(p.minima_pages.bf16_byte_fraction, double(bf16_bytes) / double(expected));
+  EXPECT_DOUBLE_EQ(p.minima_pages.fp8_byte_fraction, 28.0 * 20 * 135168 / double(expected));
+  // Every layer BF16: the BF16 control plus the block tables.
+  ASSERT_TRUE(PlanCapacity(shape, PlanPolicy{.bf16_layers = 32}, CapacityInputs{.context_tokens = 32768}, &p).ok());
+  EXPECT_EQ(p.minima.kv_bytes_per_request, p.bf16.kv_bytes_per_request + 32 * 512 * 8);
+  for (int bad : {-1, 33}) {
+    const Status s = PlanCapacity(shape, PlanPolicy{.bf16_layers = bad}, CapacityInputs{}, &p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("bf16 layers " + std::to_string(bad) + " must be in [0, 32]"), std::string::npos)
+        << s.message();
+  }
+}
+
 TEST(CapacityPlan, SlidingLayersHoldOnlyTheirWindow) {
   ModelShape s{.name = "toy", .num_layers = 4, .full_attention_layers = 1, .sliding_attention_layers = 3,
                .sliding_window_tokens = 1024, .q_heads = 8, .kv_heads = 2, .head_dim = 128};

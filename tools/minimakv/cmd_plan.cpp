@@ -35,6 +35,10 @@ int RunPlanCommand(const std::vector<std::string>& args) {
   parser.AddInt("page-tokens", "tokens per KV page", &policy.page_tokens);
   parser.AddInt("anchor-tokens", "leading tokens kept in FP8 pages (attention sinks, system prompt)", &anchor_tokens);
   parser.AddInt("recent-tokens", "most recent tokens kept in FP8 pages", &recent_tokens);
+  parser.AddInt("bf16-layers",
+                "full-attention layers stored wholly in BF16 pages (a model's key-bias outlier layers: 4 for "
+                "Qwen2.5-Coder-1.5B, 0 without qkv biases)",
+                &policy.bf16_layers);
   parser.AddBool("json", "print one JSON object (see docs/cli.md for its fields)", &json);
   parser.SetEpilog(
       "Examples:\n"
