@@ -2,6 +2,7 @@
 """Draws the figures of docs/BENCHMARKS.md into docs/plots/*.svg from data the project measured:
   capacity.svg     concurrent requests vs context, BF16 / FP8 / Minima-KV (`minimakv plan --json`, the paper's inputs)
   kld_vs_bits.svg  KL divergence vs stored bits per KV value, minimakv modes beside llama.cpp KV types (docs/data/kld.csv)
+  kld_vs_bits_qwen25.svg  the same for Qwen2.5-Coder-1.5B (docs/data/kld_qwen25.csv)
   gpu_decode.svg   H200 decode-step time vs context per format at batch 8 (newest docs/cuda-bench-v*.csv)
   gpu_at_memory_limit.svg  H200 decode tokens/s of one layer, each format at the batch the memory budget allows
                    (the newest CSV's kind "capacity" rows and its torch CSV; bench/cuda/capacity_points.txt)
@@ -74,10 +75,10 @@ def plot_capacity(minimakv):
     save(fig, "capacity.svg")
 
 
-def plot_kld():
-    path = os.path.join(DOCS, "data", "kld.csv")
+def plot_kld(data_name, title, out_name):
+    path = os.path.join(DOCS, "data", data_name)
     if not os.path.exists(path):
-        print("skip kld_vs_bits.svg: no docs/data/kld.csv")
+        print(f"skip {out_name}: no docs/data/{data_name}")
         return
     with open(path) as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
@@ -93,9 +94,9 @@ def plot_kld():
     ax.set_yscale("log")
     ax.set_xlabel("stored bits per KV value (codes, scales, page slack)")
     ax.set_ylabel("mean KL divergence vs own 16-bit control (nats)")
-    ax.set_title("SmolLM2-135M on license texts: lower-left is better")
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    save(fig, "kld_vs_bits.svg")
+    save(fig, out_name)
 
 
 def newest_cuda_csv():
@@ -273,7 +274,9 @@ def main():
     parser.add_argument("--minimakv", default=os.path.join(ROOT, "build", "release", "bin", "minimakv"))
     args = parser.parse_args()
     plot_capacity(args.minimakv)
-    plot_kld()
+    plot_kld("kld.csv", "SmolLM2-135M on license texts: lower-left is better", "kld_vs_bits.svg")
+    plot_kld("kld_qwen25.csv", "Qwen2.5-Coder-1.5B on license texts: lower-left is better",
+             "kld_vs_bits_qwen25.svg")
     plot_gpu()
     plot_gpu_at_memory_limit()
     plot_gpu_step_parts()
